@@ -1,0 +1,51 @@
+//! Everything the CLI prints to standard output goes through here: human text or one JSON
+//! document (`--output json`). Diagnostics and progress go to standard error.
+
+use std::io::{self, Write};
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use crate::spec::Diagnostic;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Writes `value` as one JSON document on standard output. A closed pipe is not an error.
+pub fn json<T: Serialize>(value: &T) -> io::Result<()> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let written = serde_json::to_writer(&mut out, value)
+        .map_err(io::Error::from)
+        .and_then(|()| writeln!(out))
+        .and_then(|()| out.flush());
+    ignore_broken_pipe(written)
+}
+
+/// Writes text on standard output through `f`. A closed pipe (`| head`) is not an error.
+pub fn text(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    ignore_broken_pipe(f(&mut out).and_then(|()| out.flush()))
+}
+
+/// Prints diagnostics in the pinned `PATH:LINE:COL: error: MESSAGE` form on standard error.
+pub fn diagnostics(items: &[Diagnostic]) {
+    let stderr = io::stderr();
+    let mut err = io::BufWriter::new(stderr.lock());
+    for d in items {
+        let _ = writeln!(err, "{d}");
+    }
+    let _ = err.flush();
+}
+
+fn ignore_broken_pipe(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,208 @@
+//! What a `Cluster` file says about capacity, enough for `sluice lint --cluster` to refuse
+//! steps that can never be placed: a gang larger than any pool, a GPU count no node has, a
+//! flavor no pool offers, a priority class that does not exist.
+//!
+//! The full `Cluster` kind (teams, quotas, preemption) is validated by the scheduler's own
+//! decoder; this reads only pools and priorities.
+
+use std::collections::BTreeMap;
+
+use super::decode::{self, Cx};
+use super::diagnostic::Diagnostics;
+use super::model::{Pipeline, Step};
+use super::yaml::{Node, Source};
+use super::{Document, Loaded};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    pub name: String,
+    pub nodes: u32,
+    pub gpu: u32,
+    pub millicpu: Option<u64>,
+    pub memory: Option<u64>,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Capacity {
+    pub pools: Vec<Pool>,
+    pub priorities: Vec<String>,
+}
+
+const DEFAULT_PRIORITIES: [&str; 3] = ["production", "default", "best-effort"];
+
+/// Reads the pools of the first `Cluster` document of a loaded file.
+pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<Capacity> {
+    let Some(spec) = loaded.documents.iter().find_map(|d| match d {
+        Document::Pending(p) if p.kind == "Cluster" => Some(p.spec.as_ref()),
+        _ => None,
+    }) else {
+        diags
+            .error(
+                super::Pos::START,
+                "no 'kind: Cluster' document in this file",
+            )
+            .help("--cluster takes the engine's Cluster file");
+        return None;
+    };
+    let spec = spec?;
+    let mut cx = Cx {
+        src: &loaded.source,
+        d: diags,
+    };
+    Some(read_spec(&mut cx, spec))
+}
+
+fn read_spec(cx: &mut Cx<'_>, spec: &Node) -> Capacity {
+    let mut cap = Capacity {
+        pools: Vec::new(),
+        priorities: DEFAULT_PRIORITIES.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    if let Some(pools) = spec.get("pools") {
+        match pools.as_seq() {
+            Some(items) => cap.pools = items.iter().filter_map(|p| read_pool(cx, p)).collect(),
+            None => cx.expected(pools, "pools", "a list of pools"),
+        }
+    }
+    if let Some(prios) = spec.get("priorities").and_then(Node::as_seq) {
+        let names: Vec<String> = prios
+            .iter()
+            .filter_map(|p| p.get("name"))
+            .filter_map(|n| cx.string(n, "priorities.name"))
+            .collect();
+        if !names.is_empty() {
+            cap.priorities = names;
+        }
+    }
+    cap
+}
+
+fn read_pool(cx: &mut Cx<'_>, node: &Node) -> Option<Pool> {
+    let name = cx.string(node.get("name")?, "pools.name")?;
+    let nodes = match node.get("nodes") {
+        Some(n) => cx.u32(n, "pools.nodes", 1)?,
+        None => 1,
+    };
+    let mut pool = Pool {
+        name,
+        nodes,
+        gpu: 0,
+        millicpu: None,
+        memory: None,
+        labels: BTreeMap::new(),
+    };
+    if let Some(res) = node.get("resources") {
+        if let Some(g) = res.get("gpu") {
+            pool.gpu = cx.u32(g, "pools.resources.gpu", 0)?;
+        }
+        if let Some(c) = res.get("cpu") {
+            pool.millicpu = cx
+                .number(c, "pools.resources.cpu")
+                .map(|c| (c * 1000.0) as u64);
+        }
+        if let Some(m) = res.get("memory") {
+            let text = cx.text(m, "pools.resources.memory")?;
+            pool.memory = super::units::parse_quantity(&text).ok().map(|b| b as u64);
+        }
+    }
+    if let Some(labels) = node.get("labels").and_then(Node::as_map) {
+        for l in labels {
+            if let Some(v) = l.value.as_scalar() {
+                pool.labels.insert(l.key.clone(), v.text.clone());
+            }
+        }
+    }
+    Some(pool)
+}
+
+/// How many workers of `step` fit in `pool` at once (0: none).
+fn workers_that_fit(step: &Step, pool: &Pool) -> u64 {
+    let r = &step.resources;
+    let mut per_node = u64::MAX;
+    if r.gpu > 0 {
+        per_node = per_node.min(u64::from(pool.gpu / r.gpu));
+    }
+    if let (Some(have), true) = (pool.millicpu, r.millicpu > 0) {
+        per_node = per_node.min(have / r.millicpu);
+    }
+    if let (Some(have), Some(want)) = (pool.memory, r.memory.filter(|m| *m > 0)) {
+        per_node = per_node.min(have / want);
+    }
+    per_node.saturating_mul(u64::from(pool.nodes))
+}
+
+/// Reports the steps of `p` that no pool can ever hold.
+pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnostics) {
+    let cx = Cx {
+        src: source,
+        d: diags,
+    };
+    for step in &p.steps {
+        if let Some(prio) = &step.priority {
+            if !cap.priorities.contains(prio) {
+                cx.d.error(
+                    step.pos,
+                    format!(
+                        "step '{}': the cluster has no priority class '{prio}'",
+                        step.name
+                    ),
+                )
+                .suggest(prio, cap.priorities.iter().map(String::as_str));
+            }
+        }
+        let flavored: Vec<&Pool> = cap
+            .pools
+            .iter()
+            .filter(|pool| {
+                step.resources
+                    .flavor
+                    .as_ref()
+                    .is_none_or(|f| pool.labels.values().any(|v| v == f))
+            })
+            .collect();
+        if let Some(flavor) = &step.resources.flavor {
+            if flavored.is_empty() {
+                let mut flavors: Vec<&str> = cap
+                    .pools
+                    .iter()
+                    .flat_map(|p| p.labels.values().map(String::as_str))
+                    .collect();
+                flavors.sort_unstable();
+                flavors.dedup();
+                cx.d.error(
+                    step.pos,
+                    format!("step '{}': no pool offers flavor '{flavor}'", step.name),
+                )
+                .suggest(flavor, flavors.iter().copied());
+                continue;
+            }
+        }
+        let r = &step.resources;
+        let best = flavored
+            .iter()
+            .map(|pool| (workers_that_fit(step, pool), pool))
+            .max_by_key(|(n, _)| *n);
+        match best {
+            Some((n, _)) if n >= u64::from(r.workers) => {}
+            Some((n, pool)) => {
+                let want = if r.gpu > 0 {
+                    format!("{} worker(s) x {} GPU", r.workers, r.gpu)
+                } else {
+                    format!("{} worker(s)", r.workers)
+                };
+                cx.d.error(step.pos, format!("step '{}': {want} do not fit in any pool", step.name))
+                    .help(format!(
+                        "the largest fit is pool '{}' ({} node(s) x {} GPU), which holds {n} such worker(s)",
+                        pool.name, pool.nodes, pool.gpu
+                    ));
+            }
+            None => {
+                cx.d.error(
+                    step.pos,
+                    format!("step '{}': the cluster has no pools", step.name),
+                );
+            }
+        }
+    }
+    let _ = decode::is_identifier;
+}

@@ -1,0 +1,318 @@
+//! Helpers that read typed values out of the node tree, reporting every problem.
+//!
+//! Each helper returns `None` after reporting an error, so a decoder goes on to the next field
+//! and a file's problems are all found in one pass. Messages name the field by its path
+//! relative to the thing being read (`retry.limit`) and the expected type in words.
+
+use std::time::Duration;
+
+use super::diagnostic::{Diagnostics, Pos};
+use super::template::{self, Template};
+use super::units;
+use super::yaml::{Entry, Node, Source, Typed, Value};
+
+pub struct Cx<'a> {
+    pub src: &'a Source,
+    pub d: &'a mut Diagnostics,
+}
+
+impl Cx<'_> {
+    /// Reports a wrong type: `FIELD: expected WHAT, found X`.
+    pub fn expected(&mut self, node: &Node, field: &str, what: &str) {
+        let found = node.describe();
+        let d = self
+            .d
+            .error(node.pos, format!("{field}: expected {what}, found {found}"));
+        if let Value::Scalar(s) = &node.value {
+            if s.plain && what.starts_with("a string") && !matches!(s.typed(), Typed::Null) {
+                d.help(format!(
+                    "YAML reads this as {found}; quote it: \"{}\"",
+                    s.text
+                ));
+            }
+        }
+    }
+
+    /// The entries of a mapping, after reporting any key not in `allowed`.
+    pub fn fields<'n>(
+        &mut self,
+        node: &'n Node,
+        field: &str,
+        allowed: &[&str],
+    ) -> Option<&'n [Entry]> {
+        let Some(entries) = node.as_map() else {
+            self.expected(node, field, "a mapping");
+            return None;
+        };
+        for e in entries {
+            if !allowed.contains(&e.key.as_str()) {
+                let where_ = if field.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in {field}")
+                };
+                let d = self
+                    .d
+                    .error(e.key_pos, format!("unknown field '{}'{where_}", e.key));
+                d.suggest(&e.key, allowed.iter().copied());
+                if d.help.is_empty() {
+                    d.help(format!("expected one of: {}", allowed.join(", ")));
+                }
+            }
+        }
+        Some(entries)
+    }
+
+    pub fn string(&mut self, node: &Node, field: &str) -> Option<String> {
+        match node.as_scalar().map(|s| s.typed()) {
+            Some(Typed::Str(s)) => Some(s.to_owned()),
+            _ => {
+                self.expected(node, field, "a string");
+                None
+            }
+        }
+    }
+
+    /// A string that must not contain templates (templates work only in some fields).
+    pub fn plain_string(&mut self, node: &Node, field: &str) -> Option<String> {
+        let s = self.string(node, field)?;
+        if let Some(at) = find_template(&s) {
+            let pos = self.pos_in(node, &s, at, "{{");
+            self.d
+                .error(pos, format!("templates are not expanded in '{field}'"))
+                .help("templates work in run, command, env, workdir, when, forEach and cache.key");
+            return None;
+        }
+        Some(s)
+    }
+
+    /// A scalar of any type read as text (env values: `PORT: 8080` is fine).
+    pub fn text(&mut self, node: &Node, field: &str) -> Option<String> {
+        match node.as_scalar() {
+            Some(s) if s.typed() != Typed::Null => Some(s.text.clone()),
+            _ => {
+                self.expected(node, field, "a string");
+                None
+            }
+        }
+    }
+
+    pub fn bool(&mut self, node: &Node, field: &str) -> Option<bool> {
+        match node.as_scalar().map(|s| s.typed()) {
+            Some(Typed::Bool(b)) => Some(b),
+            _ => {
+                self.expected(node, field, "true or false");
+                None
+            }
+        }
+    }
+
+    /// A whole number of at least `min` (`min` 0: non-negative; 1: positive).
+    pub fn uint(&mut self, node: &Node, field: &str, min: u64) -> Option<u64> {
+        let what = if min == 0 {
+            "a non-negative integer"
+        } else {
+            "a positive integer"
+        };
+        match node.as_scalar().map(|s| s.typed()) {
+            Some(Typed::Int(i)) if i >= 0 && i as u64 >= min => Some(i as u64),
+            _ => {
+                self.expected(node, field, what);
+                None
+            }
+        }
+    }
+
+    pub fn u32(&mut self, node: &Node, field: &str, min: u64) -> Option<u32> {
+        let n = self.uint(node, field, min)?;
+        match u32::try_from(n) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.d.error(node.pos, format!("{field}: {n} is too large"));
+                None
+            }
+        }
+    }
+
+    pub fn number(&mut self, node: &Node, field: &str) -> Option<f64> {
+        match node.as_scalar().map(|s| s.typed()) {
+            Some(Typed::Int(i)) => Some(i as f64),
+            Some(Typed::Float(f)) if f.is_finite() => Some(f),
+            _ => {
+                self.expected(node, field, "a number");
+                None
+            }
+        }
+    }
+
+    pub fn duration(&mut self, node: &Node, field: &str) -> Option<Duration> {
+        const WHAT: &str = "a duration such as 90s, 15m or 1h30m";
+        match node.as_scalar().map(|s| s.typed()) {
+            Some(Typed::Str(s)) => match units::parse_duration(s) {
+                Ok(d) => Some(d),
+                Err(why) => {
+                    self.d
+                        .error(node.pos, format!("{field}: expected {WHAT}, found {:?}", s))
+                        .help(why);
+                    None
+                }
+            },
+            Some(Typed::Int(i)) => {
+                self.expected(node, field, WHAT);
+                self.d
+                    .push_help_last(format!("add a unit: '{i}s' or '{i}m'"));
+                None
+            }
+            _ => {
+                self.expected(node, field, WHAT);
+                None
+            }
+        }
+    }
+
+    /// A list of strings (each without templates).
+    pub fn string_list(
+        &mut self,
+        node: &Node,
+        field: &str,
+        what: &str,
+    ) -> Option<Vec<(String, Pos)>> {
+        let Some(items) = node.as_seq() else {
+            self.expected(node, field, what);
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for item in items {
+            match self.plain_string(item, field) {
+                Some(s) => out.push((s, item.pos)),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    /// Parses a templated string, reporting template errors at their own column.
+    pub fn template(&mut self, node: &Node, field: &str) -> Option<Template> {
+        let text = self.string(node, field)?;
+        self.template_of(node, &text)
+    }
+
+    pub fn template_of(&mut self, node: &Node, text: &str) -> Option<Template> {
+        match Template::parse(text) {
+            Ok(mut t) => {
+                for part in &mut t.parts {
+                    if let template::Part::Ref(r) = part {
+                        r.pos = self.pos_in(node, text, r.offset, &r.raw);
+                    }
+                }
+                Some(t)
+            }
+            Err(errors) => {
+                for e in errors {
+                    let pos = self.pos_in(node, text, e.offset, &e.raw);
+                    let d = self.d.error(pos, e.message);
+                    if let Some(h) = e.help {
+                        d.help(h);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Where `needle`, found at byte `offset` of a scalar's decoded text, stands in the
+    /// source. Plain and quoted scalars hold it literally; when it cannot be found (an escape
+    /// or a folded line changed it), the scalar's own position is the best answer.
+    pub fn pos_in(&self, node: &Node, text: &str, offset: usize, needle: &str) -> Pos {
+        if needle.is_empty() {
+            return node.pos;
+        }
+        let nth = text
+            .get(..offset)
+            .map_or(0, |before| before.matches(needle).count());
+        let Some(raw) = self.src.text.get(node.start..node.end.max(node.start)) else {
+            return node.pos;
+        };
+        match raw.match_indices(needle).nth(nth) {
+            Some((i, _)) => self.src.pos_of(node.start + i),
+            None => node.pos,
+        }
+    }
+}
+
+impl Diagnostics {
+    /// Adds a help line to the last diagnostic (used after a shared helper reported it).
+    pub fn push_help_last(&mut self, help: String) {
+        if let Some(last) = self.last_mut() {
+            last.help.push(help);
+        }
+    }
+}
+
+/// The byte offset of the first unescaped `{{`.
+pub fn find_template(s: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = s[from..].find("{{") {
+        let at = from + i;
+        if at > 0 && s.as_bytes()[at - 1] == b'\\' {
+            from = at + 2;
+            continue;
+        }
+        return Some(at);
+    }
+    None
+}
+
+/// Whether `name` follows the naming rule of documents and steps.
+pub fn name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("is empty");
+    }
+    if name.len() > 63 {
+        return Some("is longer than 63 characters");
+    }
+    if !name.as_bytes()[0].is_ascii_lowercase() {
+        return Some("must start with a lowercase letter");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Some("may hold only lowercase letters, digits and '-'");
+    }
+    None
+}
+
+/// A suggested valid name for an invalid one (`Train_Model` -> `train-model`).
+pub fn fix_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.starts_with(|c: char| !c.is_ascii_lowercase()) && !out.is_empty() {
+        out.remove(0);
+    }
+    out.truncate(63);
+    out.trim_end_matches('-').to_owned()
+}
+
+/// Identifiers: parameters, environment variables.
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Output (artifact) names: a file name under `$SLUICE_OUTPUT_DIR`.
+pub fn is_output_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}

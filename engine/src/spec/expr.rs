@@ -1,0 +1,411 @@
+//! Conditions of `when`: `==`, `!=`, `<`, `<=`, `>`, `>=`, `&&`, `||`, `!`, parentheses,
+//! numbers, quoted or bare strings and templates.
+//!
+//! The condition is parsed with its templates as operands (not by pasting values into text
+//! and re-parsing), so a metric whose value has spaces or quotes cannot change the meaning
+//! of the expression. Two operands compare as numbers when both read as numbers.
+
+use super::template::{self, Ref, Template};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// A lone operand is true unless it is empty, `false` or `0`.
+    Operand(Operand),
+    Not(Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Compare(Op, Operand, Operand),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operand {
+    /// A quoted string: never a number, never templated.
+    Quoted(String),
+    /// A bare word, possibly with templates in it.
+    Word(Template),
+}
+
+/// A syntax error at a byte offset of the condition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Error {
+    pub offset: usize,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    LParen,
+    RParen,
+    Not,
+    And,
+    Or,
+    Op(Op),
+    Quoted(String),
+    Word(String),
+}
+
+fn lex(text: &str) -> Result<Vec<(usize, Tok)>, Error> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    while i < b.len() {
+        let c = b[i];
+        let start = i;
+        let two = text.get(i..i + 2).unwrap_or("");
+        let tok = match c {
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                i += 1;
+                continue;
+            }
+            b'(' => Tok::LParen,
+            b')' => Tok::RParen,
+            _ if two == "&&" => Tok::And,
+            _ if two == "||" => Tok::Or,
+            _ if two == "==" => Tok::Op(Op::Eq),
+            _ if two == "!=" => Tok::Op(Op::Ne),
+            _ if two == "<=" => Tok::Op(Op::Le),
+            _ if two == ">=" => Tok::Op(Op::Ge),
+            b'<' => Tok::Op(Op::Lt),
+            b'>' => Tok::Op(Op::Gt),
+            b'!' => Tok::Not,
+            b'=' | b'&' | b'|' => {
+                let hint = match c {
+                    b'=' => "compare with '=='",
+                    b'&' => "write '&&' for 'and'",
+                    _ => "write '||' for 'or'",
+                };
+                return Err(Error {
+                    offset: i,
+                    message: format!("unexpected '{}' in condition", c as char),
+                    help: Some(hint.into()),
+                });
+            }
+            b'\'' | b'"' => {
+                let close = text[i + 1..].find(c as char).ok_or_else(|| Error {
+                    offset: i,
+                    message: "unclosed quote in condition".into(),
+                    help: None,
+                })?;
+                let s = text[i + 1..i + 1 + close].to_owned();
+                i += close + 2;
+                out.push((start, Tok::Quoted(s)));
+                continue;
+            }
+            _ => {
+                // A word runs to whitespace or an operator; `{{...}}` is taken whole.
+                while i < b.len() {
+                    if text[i..].starts_with("{{") {
+                        match text[i..].find("}}") {
+                            Some(j) => i += j + 2,
+                            None => i = b.len(),
+                        }
+                        continue;
+                    }
+                    if matches!(
+                        b[i],
+                        b' ' | b'\t'
+                            | b'\n'
+                            | b'\r'
+                            | b'('
+                            | b')'
+                            | b'!'
+                            | b'='
+                            | b'<'
+                            | b'>'
+                            | b'&'
+                            | b'|'
+                            | b'\''
+                            | b'"'
+                    ) {
+                        break;
+                    }
+                    i += 1;
+                }
+                out.push((start, Tok::Word(text[start..i].to_owned())));
+                continue;
+            }
+        };
+        i += match tok {
+            Tok::And | Tok::Or | Tok::Op(Op::Eq | Op::Ne | Op::Le | Op::Ge) => 2,
+            _ => 1,
+        };
+        out.push((start, tok));
+    }
+    Ok(out)
+}
+
+struct ParserState {
+    toks: Vec<(usize, Tok)>,
+    at: usize,
+    len: usize,
+    template_errors: Vec<template::Error>,
+}
+
+impl ParserState {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.at).map(|(_, t)| t)
+    }
+
+    fn offset(&self) -> usize {
+        self.toks.get(self.at).map_or(self.len, |(o, _)| *o)
+    }
+
+    fn expr(&mut self) -> Result<Expr, Error> {
+        let mut left = self.and()?;
+        while self.peek() == Some(&Tok::Or) {
+            self.at += 1;
+            let right = self.and()?;
+            left = Expr::Or(Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self) -> Result<Expr, Error> {
+        let mut left = self.unary()?;
+        while self.peek() == Some(&Tok::And) {
+            self.at += 1;
+            let right = self.unary()?;
+            left = Expr::And(Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn unary(&mut self) -> Result<Expr, Error> {
+        match self.peek() {
+            Some(Tok::Not) => {
+                self.at += 1;
+                Ok(Expr::Not(Box::new(self.unary()?)))
+            }
+            Some(Tok::LParen) => {
+                let open = self.offset();
+                self.at += 1;
+                let e = self.expr()?;
+                if self.peek() != Some(&Tok::RParen) {
+                    return Err(Error {
+                        offset: open,
+                        message: "'(' is never closed".into(),
+                        help: Some("add the matching ')'".into()),
+                    });
+                }
+                self.at += 1;
+                Ok(e)
+            }
+            _ => {
+                let left = self.operand()?;
+                if let Some(Tok::Op(op)) = self.peek() {
+                    let op = *op;
+                    self.at += 1;
+                    let right = self.operand()?;
+                    return Ok(Expr::Compare(op, left, right));
+                }
+                Ok(Expr::Operand(left))
+            }
+        }
+    }
+
+    fn operand(&mut self) -> Result<Operand, Error> {
+        let offset = self.offset();
+        match self.toks.get(self.at).map(|(o, t)| (*o, t.clone())) {
+            Some((_, Tok::Quoted(s))) => {
+                self.at += 1;
+                Ok(Operand::Quoted(s))
+            }
+            Some((o, Tok::Word(w))) => {
+                self.at += 1;
+                match Template::parse(&w) {
+                    Ok(t) => Ok(Operand::Word(t)),
+                    Err(errs) => {
+                        self.template_errors.extend(errs.into_iter().map(|mut e| {
+                            e.offset += o;
+                            e
+                        }));
+                        Ok(Operand::Word(Template::default()))
+                    }
+                }
+            }
+            _ => Err(Error {
+                offset,
+                message: if offset >= self.len {
+                    "the condition ends where a value was expected".into()
+                } else {
+                    "expected a value (a number, a string or a template) here".into()
+                },
+                help: None,
+            }),
+        }
+    }
+}
+
+/// What parsing a condition gives: the expression, or its syntax error, plus any template
+/// errors found in its operands (reported with the template's own messages).
+pub struct Parsed {
+    pub expr: Result<Expr, Error>,
+    pub template_errors: Vec<template::Error>,
+}
+
+pub fn parse(text: &str) -> Parsed {
+    let toks = match lex(text) {
+        Ok(t) => t,
+        Err(e) => {
+            return Parsed {
+                expr: Err(e),
+                template_errors: Vec::new(),
+            };
+        }
+    };
+    if toks.is_empty() {
+        return Parsed {
+            expr: Err(Error {
+                offset: 0,
+                message: "empty condition".into(),
+                help: Some(
+                    "write a comparison such as \"{{steps.train.metrics.accuracy}} >= 0.9\"".into(),
+                ),
+            }),
+            template_errors: Vec::new(),
+        };
+    }
+    let mut p = ParserState {
+        toks,
+        at: 0,
+        len: text.len(),
+        template_errors: Vec::new(),
+    };
+    let expr = p.expr().and_then(|e| {
+        if p.at < p.toks.len() {
+            Err(Error {
+                offset: p.offset(),
+                message: "unexpected text after the end of the condition".into(),
+                help: Some("join conditions with '&&' or '||'".into()),
+            })
+        } else {
+            Ok(e)
+        }
+    });
+    Parsed {
+        expr,
+        template_errors: p.template_errors,
+    }
+}
+
+impl Expr {
+    /// Every template reference in the condition.
+    pub fn refs(&self) -> Vec<&template::RefAt> {
+        let mut out = Vec::new();
+        self.collect(&mut out);
+        out
+    }
+
+    fn collect<'a>(&'a self, out: &mut Vec<&'a template::RefAt>) {
+        let operand = |o: &'a Operand, out: &mut Vec<&'a template::RefAt>| {
+            if let Operand::Word(t) = o {
+                out.extend(t.refs());
+            }
+        };
+        match self {
+            Expr::Operand(o) => operand(o, out),
+            Expr::Not(e) => e.collect(out),
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                a.collect(out);
+                b.collect(out);
+            }
+            Expr::Compare(_, a, b) => {
+                operand(a, out);
+                operand(b, out);
+            }
+        }
+    }
+
+    /// Evaluates the condition; `resolve` gives each reference's value as text.
+    pub fn eval<E>(&self, resolve: &mut impl FnMut(&Ref) -> Result<String, E>) -> Result<bool, E> {
+        Ok(match self {
+            Expr::Operand(o) => truthy(&value(o, resolve)?),
+            Expr::Not(e) => !e.eval(resolve)?,
+            Expr::And(a, b) => a.eval(resolve)? && b.eval(resolve)?,
+            Expr::Or(a, b) => a.eval(resolve)? || b.eval(resolve)?,
+            Expr::Compare(op, a, b) => compare(*op, &value(a, resolve)?, &value(b, resolve)?),
+        })
+    }
+}
+
+fn value<E>(o: &Operand, resolve: &mut impl FnMut(&Ref) -> Result<String, E>) -> Result<String, E> {
+    match o {
+        Operand::Quoted(s) => Ok(s.clone()),
+        Operand::Word(t) => t.render(|r| resolve(r)),
+    }
+}
+
+fn truthy(v: &str) -> bool {
+    !matches!(v.trim(), "" | "false" | "False" | "0")
+        && v.trim().parse::<f64>().map_or(true, |n| n != 0.0)
+}
+
+fn compare(op: Op, a: &str, b: &str) -> bool {
+    use std::cmp::Ordering;
+    let ord = match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.partial_cmp(&y),
+        _ => Some(a.cmp(b)),
+    };
+    match (op, ord) {
+        (Op::Eq, o) => o == Some(Ordering::Equal),
+        (Op::Ne, o) => o != Some(Ordering::Equal),
+        (Op::Lt, o) => o == Some(Ordering::Less),
+        (Op::Le, o) => matches!(o, Some(Ordering::Less | Ordering::Equal)),
+        (Op::Gt, o) => o == Some(Ordering::Greater),
+        (Op::Ge, o) => matches!(o, Some(Ordering::Greater | Ordering::Equal)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(text: &str, acc: &str) -> bool {
+        let e = parse(text).expr.expect(text);
+        let r: Result<bool, ()> = e.eval(&mut |_r| Ok(acc.to_owned()));
+        r.expect("evaluates")
+    }
+
+    #[test]
+    fn compares_numbers_as_numbers_and_words_as_text() {
+        assert!(eval("{{steps.t.metrics.a}} >= 0.9", "0.91"));
+        assert!(!eval("{{steps.t.metrics.a}} >= 0.9", "0.89"));
+        assert!(eval("{{steps.t.metrics.a}} > 10", "9e1"));
+        assert!(eval("{{params.split}} == val", "val"));
+        assert!(eval("{{params.split}} != 'test'", "val"));
+        assert!(eval("!({{params.x}} == a) || b == b", "a"));
+        assert!(!eval("{{params.x}} && false", "true"));
+        assert!(eval("{{params.x}}", "true"));
+        assert!(!eval("{{params.x}}", "0"));
+    }
+
+    #[test]
+    fn a_value_with_spaces_cannot_change_the_condition() {
+        assert!(!eval("{{params.x}} == a", "a || b == b"));
+    }
+
+    #[test]
+    fn reports_syntax_errors_with_offsets() {
+        let e = parse("{{params.x}} = 3").expr.expect_err("bad");
+        assert_eq!(e.offset, 13);
+        let e = parse("(a == b").expr.expect_err("bad");
+        assert_eq!(e.message, "'(' is never closed");
+        let e = parse("a >=").expr.expect_err("bad");
+        assert_eq!(e.message, "the condition ends where a value was expected");
+        let e = parse("a b").expr.expect_err("bad");
+        assert_eq!(e.offset, 2);
+        let p = parse("{{param.x}} > 1");
+        assert_eq!(p.template_errors.len(), 1);
+    }
+}

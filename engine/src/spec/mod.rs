@@ -1,0 +1,243 @@
+//! YAML to validated spec: the first stage of the data path.
+//!
+//! `load` reads a file's text into a span-carrying node tree ([`yaml`]), picks a decoder by
+//! `apiVersion` and `kind`, and decodes each document into the typed [`model`], collecting
+//! every problem as a [`diagnostic::Diagnostic`]. Nothing outside this module sees YAML.
+
+pub mod capacity;
+mod decode;
+pub mod diagnostic;
+pub mod expr;
+pub mod model;
+pub mod params;
+mod pipeline;
+pub mod template;
+pub mod units;
+pub mod yaml;
+
+use std::collections::BTreeMap;
+
+use decode::Cx;
+pub use diagnostic::{Diagnostic, Diagnostics, Pos, Severity};
+use model::{Document, Metadata, Pending};
+use yaml::{Node, Source, Typed};
+
+pub const API_VERSION: &str = "sluice.dev/v1";
+pub const KATIB_API_VERSION: &str = "kubeflow.org/v1beta1";
+const KINDS: &[&str] = &["Pipeline", "Sweep", "Cluster", "Schedule", "Workload"];
+const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
+
+/// What a file held: its documents (decoded as far as they could be) and its problems.
+#[derive(Debug)]
+pub struct Loaded {
+    pub source: Source,
+    pub documents: Vec<Document>,
+    pub diagnostics: Diagnostics,
+}
+
+/// Reads and validates the text of one file.
+pub fn load(path: &str, text: String) -> Loaded {
+    let source = Source::new(path, text);
+    let mut diagnostics = Diagnostics::new(path);
+    let nodes = yaml::parse(&source, &mut diagnostics);
+    let mut documents = Vec::new();
+    let real: Vec<&Node> = nodes.iter().filter(|n| !n.is_null()).collect();
+    if real.is_empty() && !diagnostics.has_errors() {
+        diagnostics
+            .error(Pos::START, "the file holds no YAML document")
+            .help("a pipeline starts with apiVersion: sluice.dev/v1 and kind: Pipeline");
+    }
+    let mut cx = Cx {
+        src: &source,
+        d: &mut diagnostics,
+    };
+    for node in real {
+        if let Some(doc) = document(&mut cx, node) {
+            documents.push(doc);
+        }
+    }
+    Loaded {
+        source,
+        documents,
+        diagnostics,
+    }
+}
+
+fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
+    if node.as_map().is_none() {
+        cx.expected(
+            node,
+            "the document",
+            "a mapping with apiVersion, kind, metadata and spec",
+        );
+        return None;
+    }
+    let api = node.get("apiVersion");
+    let kind_node = node.get("kind");
+    let mut ok = true;
+    let api_version = match api {
+        None => {
+            cx.d.error(node.pos, "missing 'apiVersion'")
+                .help(format!("add apiVersion: {API_VERSION}"));
+            ok = false;
+            None
+        }
+        Some(a) => cx.string(a, "apiVersion").map(|s| (s, a.pos)),
+    };
+    let kind = match kind_node {
+        None => {
+            cx.d.error(node.pos, "missing 'kind'")
+                .help(format!("add kind: one of {}", KINDS.join(", ")));
+            return None;
+        }
+        Some(k) => (cx.string(k, "kind")?, k.pos),
+    };
+    let katib = api_version
+        .as_ref()
+        .is_some_and(|(a, _)| a == KATIB_API_VERSION);
+    match &api_version {
+        Some((a, _)) if a == API_VERSION || katib => {}
+        Some((a, pos)) => {
+            cx.d.error(*pos, format!("unsupported apiVersion '{a}'"))
+                .help(format!("sluice reads apiVersion: {API_VERSION}"));
+            ok = false;
+        }
+        None => ok = false,
+    }
+    if katib {
+        if kind.0 != "Experiment" {
+            cx.d.error(
+                kind.1,
+                format!(
+                    "kind '{}' of {KATIB_API_VERSION} is not read by sluice",
+                    kind.0
+                ),
+            )
+            .help("sluice reads Katib experiments: kind: Experiment");
+            return None;
+        }
+    } else if !KINDS.contains(&kind.0.as_str()) {
+        let d = cx.d.error(kind.1, format!("unknown kind '{}'", kind.0));
+        d.suggest(&kind.0, KINDS.iter().copied());
+        if d.help.is_empty() {
+            d.help(format!("kinds are {}", KINDS.join(", ")));
+        }
+        return None;
+    }
+    if !katib {
+        cx.fields(node, "", TOP_FIELDS);
+    }
+    let metadata = match node.get("metadata") {
+        None => {
+            cx.d.error(node.pos, "missing 'metadata'")
+                .help("add metadata: {name: my-pipeline}");
+            None
+        }
+        Some(m) => metadata(cx, m, katib),
+    };
+    let spec = node.get("spec");
+    let metadata = metadata?;
+    if !ok {
+        return None;
+    }
+    if kind.0 == "Pipeline" {
+        let Some(spec) = spec else {
+            cx.d.error(node.pos, "missing 'spec'")
+                .help("add spec: with the pipeline's steps");
+            return None;
+        };
+        return Some(Document::Pipeline(Box::new(pipeline::decode(
+            cx, metadata, spec,
+        ))));
+    }
+    let what = match kind.0.as_str() {
+        "Sweep" | "Experiment" => "sweeps arrive in a later version",
+        "Cluster" => "cluster configuration arrives with the scheduler",
+        "Schedule" => "schedules arrive with the server",
+        _ => "simulation arrives with the scheduler",
+    };
+    cx.d.note(
+        kind.1,
+        format!("kind {} is recognised but not validated yet", kind.0),
+    )
+    .help(format!("this version of sluice cannot run it: {what}"));
+    Some(Document::Pending(Pending {
+        kind: kind.0,
+        metadata,
+        pos: node.pos,
+        spec: spec.cloned(),
+    }))
+}
+
+fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
+    let allowed: &[&str] = if katib {
+        &["name", "namespace", "labels", "annotations"]
+    } else {
+        &["name", "team", "labels"]
+    };
+    let entries = cx.fields(node, "metadata", allowed)?;
+    let mut meta = Metadata {
+        name: String::new(),
+        team: "default".into(),
+        labels: BTreeMap::new(),
+    };
+    let mut ok = true;
+    let mut named = false;
+    for e in entries {
+        match e.key.as_str() {
+            "name" | "team" => {
+                let field = format!("metadata.{}", e.key);
+                let Some(value) = cx.string(&e.value, &field) else {
+                    ok = false;
+                    continue;
+                };
+                if let Some(problem) = decode::name_problem(&value) {
+                    let d =
+                        cx.d.error(e.value.pos, format!("{field} '{value}' {problem}"));
+                    let fixed = decode::fix_name(&value);
+                    if !fixed.is_empty() {
+                        d.help(format!("try '{fixed}'"));
+                    }
+                    ok = false;
+                }
+                if e.key == "name" {
+                    named = true;
+                    meta.name = value;
+                } else {
+                    meta.team = value;
+                }
+            }
+            "labels" => match e.value.as_map() {
+                Some(labels) => {
+                    for l in labels {
+                        match l.value.as_scalar().map(|s| s.typed()) {
+                            Some(Typed::Null) | None => {
+                                cx.expected(
+                                    &l.value,
+                                    &format!("metadata.labels.{}", l.key),
+                                    "a string",
+                                );
+                            }
+                            Some(_) => {
+                                let text = l
+                                    .value
+                                    .as_scalar()
+                                    .map(|s| s.text.clone())
+                                    .unwrap_or_default();
+                                meta.labels.insert(l.key.clone(), text);
+                            }
+                        }
+                    }
+                }
+                None => cx.expected(&e.value, "metadata.labels", "a mapping of strings"),
+            },
+            _ => {}
+        }
+    }
+    if !named {
+        cx.d.error(node.pos, "missing 'metadata.name'")
+            .help("add name: a lowercase name such as nightly-train");
+        ok = false;
+    }
+    ok.then_some(meta)
+}

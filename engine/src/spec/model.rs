@@ -1,0 +1,299 @@
+//! The validated model: the only spec types the rest of the engine imports.
+//!
+//! Everything here has been checked: names are valid and unique, references resolve,
+//! durations and quantities are parsed, defaults are merged into steps. Positions are kept
+//! only where later stages (the DAG) still report problems.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::diagnostic::Pos;
+use super::expr::Expr;
+use super::template::{RefAt, Template};
+use super::yaml::Node;
+
+/// Common to every document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Metadata {
+    pub name: String,
+    pub team: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One document of a file, by kind.
+#[derive(Clone, Debug)]
+pub enum Document {
+    Pipeline(Box<Pipeline>),
+    /// Recognised kinds whose own validation and execution come later; the raw spec is kept.
+    Pending(Pending),
+}
+
+impl Document {
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            Document::Pipeline(p) => &p.metadata,
+            Document::Pending(p) => &p.metadata,
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        match self {
+            Document::Pipeline(_) => "Pipeline",
+            Document::Pending(p) => &p.kind,
+        }
+    }
+}
+
+/// A `Sweep`, `Cluster`, `Schedule`, `Workload` or Katib `Experiment` document: recognised,
+/// with valid metadata, but not yet something this version of sluice can validate or run.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub kind: String,
+    pub metadata: Metadata,
+    pub pos: Pos,
+    pub spec: Option<Node>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    pub metadata: Metadata,
+    /// The file it came from; a step's default `workdir` is this file's folder.
+    pub path: String,
+    pub params: Vec<Param>,
+    pub parallelism: Option<u32>,
+    pub fail_fast: bool,
+    pub timeout: Option<Duration>,
+    /// All steps in file order; those named in `onExit` have `on_exit` set.
+    pub steps: Vec<Step>,
+}
+
+impl Pipeline {
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamType {
+    Int,
+    Float,
+    String,
+    Bool,
+    List,
+}
+
+impl ParamType {
+    pub const NAMES: [&'static str; 5] = ["int", "float", "string", "bool", "list"];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "int" => Self::Int,
+            "float" => Self::Float,
+            "string" => Self::String,
+            "bool" => Self::Bool,
+            "list" => Self::List,
+            _ => return None,
+        })
+    }
+
+    /// What a value of this type looks like, in words.
+    pub fn expected(self) -> &'static str {
+        match self {
+            Self::Int => "an integer",
+            Self::Float => "a number",
+            Self::String => "a string",
+            Self::Bool => "true or false",
+            Self::List => "a list",
+        }
+    }
+}
+
+/// A parameter value, typed. Lists hold JSON values (they come from `-p` as JSON).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Int(i64),
+    Float(f64),
+    String(String),
+    Bool(bool),
+    List(Vec<serde_json::Value>),
+}
+
+impl ParamValue {
+    /// The text a template inserts: numbers and booleans as written, lists as JSON.
+    pub fn to_text(&self) -> String {
+        match self {
+            ParamValue::Int(i) => i.to_string(),
+            ParamValue::Float(f) => f.to_string(),
+            ParamValue::String(s) => s.clone(),
+            ParamValue::Bool(b) => b.to_string(),
+            ParamValue::List(l) => serde_json::Value::Array(l.clone()).to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub name: String,
+    pub pos: Pos,
+    pub ty: ParamType,
+    /// `None`: the parameter is required.
+    pub default: Option<ParamValue>,
+    /// The allowed values, when restricted.
+    pub values: Option<Vec<ParamValue>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub name: String,
+    pub pos: Pos,
+    pub action: Action,
+    pub needs: Vec<Need>,
+    pub workdir: Option<Template>,
+    pub env: BTreeMap<String, Template>,
+    pub image: Option<String>,
+    pub resources: Resources,
+    pub outputs: Vec<String>,
+    pub retry: Retry,
+    pub timeout: Option<Duration>,
+    /// `None`: checkpointing is off.
+    pub checkpoint: Option<Duration>,
+    pub cache: Option<Cache>,
+    pub for_each: Option<ForEach>,
+    pub when: Option<When>,
+    pub priority: Option<String>,
+    pub interruptible: bool,
+    pub metrics_stdout: bool,
+    /// Listed in the pipeline's `onExit`: runs after everything else, outside the DAG.
+    pub on_exit: bool,
+}
+
+/// A `needs` entry with where it was written, so the DAG can point at it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Need {
+    pub step: String,
+    pub pos: Pos,
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Run(Template),
+    Command(Vec<Template>),
+    /// A nested sweep; its own validation arrives with sweeps. The names of its parameters
+    /// are kept so `{{steps.S.best.params.NAME}}` can be checked.
+    Sweep {
+        params: Vec<String>,
+        spec: Node,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resources {
+    /// Cores per worker, in thousandths (`500m` is 500).
+    pub millicpu: u64,
+    /// Bytes per worker; `None`: not reserved.
+    pub memory: Option<u64>,
+    pub gpu: u32,
+    pub workers: u32,
+    pub flavor: Option<String>,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self {
+            millicpu: 1000,
+            memory: None,
+            gpu: 0,
+            workers: 1,
+            flavor: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RetryOn {
+    Failure,
+    Timeout,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Retry {
+    pub limit: u32,
+    pub backoff: Duration,
+    pub factor: f64,
+    pub max_backoff: Duration,
+    pub on: Vec<RetryOn>,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            limit: 0,
+            backoff: Duration::from_secs(10),
+            factor: 2.0,
+            max_backoff: Duration::from_secs(600),
+            on: vec![RetryOn::Failure, RetryOn::Timeout],
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cache {
+    pub key: Option<Template>,
+    pub files: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ForEach {
+    /// Items written in the file.
+    Items(Vec<serde_json::Value>),
+    /// `{{params.NAME}}` (a list parameter, known when the run starts) or
+    /// `{{steps.S.outputs.NAME}}` (a JSON list, known only when that step has ended).
+    Ref(RefAt),
+}
+
+impl Step {
+    /// Every template reference of the step, wherever it is written.
+    pub fn refs(&self) -> Vec<&RefAt> {
+        let mut out: Vec<&RefAt> = Vec::new();
+        match &self.action {
+            Action::Run(t) => out.extend(t.refs()),
+            Action::Command(args) => out.extend(args.iter().flat_map(Template::refs)),
+            Action::Sweep { .. } => {}
+        }
+        out.extend(self.env.values().flat_map(Template::refs));
+        if let Some(w) = &self.workdir {
+            out.extend(w.refs());
+        }
+        if let Some(w) = &self.when {
+            out.extend(w.expr.refs());
+        }
+        if let Some(Cache { key: Some(k), .. }) = &self.cache {
+            out.extend(k.refs());
+        }
+        if let Some(ForEach::Ref(r)) = &self.for_each {
+            out.push(r);
+        }
+        out
+    }
+
+    pub fn is_fan_out(&self) -> bool {
+        self.for_each.is_some()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct When {
+    pub text: String,
+    pub expr: Expr,
+}
+
+pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(60);

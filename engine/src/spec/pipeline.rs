@@ -1,0 +1,902 @@
+//! `kind: Pipeline`: from the node tree to the validated [`Pipeline`].
+//!
+//! Fields shared by every step (`defaults`) and a step's own fields are both read into
+//! [`Settings`], where every field is optional, then merged: maps (`resources`, `retry`,
+//! `env`) field by field, everything else whole, a step's own value winning.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use super::decode::{self, Cx};
+use super::diagnostic::Pos;
+use super::expr::{self, Expr, Operand};
+use super::model::*;
+use super::params;
+use super::template::{Ref, RefAt, Template};
+use super::units;
+use super::yaml::{Node, Typed, Value};
+
+const SPEC_FIELDS: &[&str] = &[
+    "params",
+    "defaults",
+    "parallelism",
+    "failFast",
+    "timeout",
+    "onExit",
+    "steps",
+];
+
+/// Fields that `defaults` may set (and a step too).
+const SHARED_FIELDS: &[&str] = &[
+    "workdir",
+    "env",
+    "image",
+    "resources",
+    "retry",
+    "timeout",
+    "checkpoint",
+    "cache",
+    "priority",
+    "interruptible",
+    "metrics",
+];
+
+/// Fields only a step may set.
+const OWN_FIELDS: &[&str] = &[
+    "name", "run", "command", "sweep", "needs", "outputs", "forEach", "when",
+];
+
+const RESOURCE_FIELDS: &[&str] = &["cpu", "memory", "gpu", "workers", "flavor"];
+const RETRY_FIELDS: &[&str] = &["limit", "backoff", "factor", "maxBackoff", "on"];
+
+/// Step settings before defaults are merged: every field optional.
+#[derive(Clone, Debug, Default)]
+struct Settings {
+    workdir: Option<Template>,
+    env: BTreeMap<String, Template>,
+    image: Option<String>,
+    millicpu: Option<u64>,
+    memory: Option<u64>,
+    gpu: Option<u32>,
+    workers: Option<u32>,
+    flavor: Option<String>,
+    retry_limit: Option<u32>,
+    retry_backoff: Option<Duration>,
+    retry_factor: Option<f64>,
+    retry_max_backoff: Option<Duration>,
+    retry_on: Option<Vec<RetryOn>>,
+    timeout: Option<Duration>,
+    checkpoint: Option<Option<Duration>>,
+    cache: Option<Option<Cache>>,
+    priority: Option<String>,
+    interruptible: Option<bool>,
+    metrics_stdout: Option<bool>,
+}
+
+impl Settings {
+    /// `self` (a step's own) over `defaults`.
+    fn over(self, defaults: &Settings) -> Settings {
+        let mut env = defaults.env.clone();
+        env.extend(self.env);
+        Settings {
+            workdir: self.workdir.or_else(|| defaults.workdir.clone()),
+            env,
+            image: self.image.or_else(|| defaults.image.clone()),
+            millicpu: self.millicpu.or(defaults.millicpu),
+            memory: self.memory.or(defaults.memory),
+            gpu: self.gpu.or(defaults.gpu),
+            workers: self.workers.or(defaults.workers),
+            flavor: self.flavor.or_else(|| defaults.flavor.clone()),
+            retry_limit: self.retry_limit.or(defaults.retry_limit),
+            retry_backoff: self.retry_backoff.or(defaults.retry_backoff),
+            retry_factor: self.retry_factor.or(defaults.retry_factor),
+            retry_max_backoff: self.retry_max_backoff.or(defaults.retry_max_backoff),
+            retry_on: self.retry_on.or_else(|| defaults.retry_on.clone()),
+            timeout: self.timeout.or(defaults.timeout),
+            checkpoint: self.checkpoint.or(defaults.checkpoint),
+            cache: self.cache.or_else(|| defaults.cache.clone()),
+            priority: self.priority.or_else(|| defaults.priority.clone()),
+            interruptible: self.interruptible.or(defaults.interruptible),
+            metrics_stdout: self.metrics_stdout.or(defaults.metrics_stdout),
+        }
+    }
+}
+
+/// Decodes a pipeline's `spec`. The result is always returned, with what could be read;
+/// it may be run only when no error was reported.
+pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
+    let mut pipeline = Pipeline {
+        metadata,
+        path: cx.src.path.clone(),
+        params: Vec::new(),
+        parallelism: None,
+        fail_fast: true,
+        timeout: None,
+        steps: Vec::new(),
+    };
+    let Some(entries) = cx.fields(spec, "spec", SPEC_FIELDS) else {
+        return pipeline;
+    };
+    let mut defaults = Settings::default();
+    let mut steps_node = None;
+    let mut on_exit = Vec::new();
+    for e in entries {
+        let v = &e.value;
+        match e.key.as_str() {
+            "params" => pipeline.params = params::decode(cx, v),
+            "defaults" => defaults = decode_defaults(cx, v),
+            "parallelism" => pipeline.parallelism = cx.u32(v, "parallelism", 1),
+            "failFast" => pipeline.fail_fast = cx.bool(v, "failFast").unwrap_or(true),
+            "timeout" => pipeline.timeout = cx.duration(v, "timeout"),
+            "onExit" => {
+                on_exit = cx
+                    .string_list(v, "onExit", "a list of step names")
+                    .unwrap_or_default();
+            }
+            "steps" => steps_node = Some(v),
+            _ => {}
+        }
+    }
+    let Some(steps_node) = steps_node else {
+        cx.d.error(spec.pos, "a pipeline needs 'steps'")
+            .help("add steps: a list of steps, each with a name and a run command");
+        return pipeline;
+    };
+    let Some(items) = steps_node.as_seq() else {
+        cx.expected(steps_node, "steps", "a list of steps");
+        return pipeline;
+    };
+    if items.is_empty() {
+        cx.d.error(steps_node.pos, "a pipeline needs at least one step");
+    }
+    let mut first_at: HashMap<String, u32> = HashMap::with_capacity(items.len());
+    for item in items {
+        let Some(step) = decode_step(cx, item, &defaults) else {
+            continue;
+        };
+        if let Some(line) = first_at.get(&step.name) {
+            cx.d.error(step.pos, format!("duplicate step name '{}'", step.name))
+                .help(format!(
+                    "a step named '{}' is first defined on line {line}",
+                    step.name
+                ));
+            continue;
+        }
+        first_at.insert(step.name.clone(), step.pos.line);
+        pipeline.steps.push(step);
+    }
+    let index: HashMap<String, usize> = pipeline
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.clone(), i))
+        .collect();
+    let mut seen = HashMap::new();
+    for (name, pos) in on_exit {
+        if let Some(line) = seen.insert(name.clone(), pos.line) {
+            cx.d.error(pos, format!("duplicate '{name}' in onExit"))
+                .help(format!("'{name}' is first listed on line {line}"));
+            continue;
+        }
+        match index.get(&name) {
+            Some(&i) => pipeline.steps[i].on_exit = true,
+            None => {
+                cx.d.error(
+                    pos,
+                    format!("onExit names '{name}', which is not a step of this pipeline"),
+                )
+                .suggest(&name, pipeline.steps.iter().map(|s| s.name.as_str()));
+            }
+        }
+    }
+    check_references(cx, &pipeline, &index);
+    pipeline
+}
+
+fn decode_defaults(cx: &mut Cx<'_>, node: &Node) -> Settings {
+    let Some(entries) = node.as_map() else {
+        cx.expected(node, "defaults", "a mapping");
+        return Settings::default();
+    };
+    let mut s = Settings::default();
+    for e in entries {
+        if OWN_FIELDS.contains(&e.key.as_str()) {
+            cx.d.error(e.key_pos, format!("'{}' cannot be set in defaults", e.key))
+                .help(format!(
+                    "defaults hold what every step shares: {}",
+                    SHARED_FIELDS.join(", ")
+                ));
+        } else if !read_shared(cx, &mut s, &e.key, &e.value, "defaults.") {
+            cx.d.error(e.key_pos, format!("unknown field '{}' in defaults", e.key))
+                .suggest(&e.key, SHARED_FIELDS.iter().copied());
+        }
+    }
+    s
+}
+
+/// Reads one shared field into `s`; false if `key` is not a shared field.
+fn read_shared(cx: &mut Cx<'_>, s: &mut Settings, key: &str, v: &Node, prefix: &str) -> bool {
+    let f = |name: &str| format!("{prefix}{name}");
+    match key {
+        "workdir" => s.workdir = cx.template(v, &f("workdir")),
+        "env" => read_env(cx, s, v, &f("env")),
+        "image" => s.image = cx.plain_string(v, &f("image")),
+        "resources" => read_resources(cx, s, v, &f("resources")),
+        "retry" => read_retry(cx, s, v, &f("retry")),
+        "timeout" => s.timeout = cx.duration(v, &f("timeout")),
+        "checkpoint" => s.checkpoint = read_checkpoint(cx, v, &f("checkpoint")),
+        "cache" => s.cache = read_cache(cx, v, &f("cache")),
+        "priority" => {
+            s.priority = cx.plain_string(v, &f("priority"));
+            if let Some(p) = &s.priority {
+                if let Some(problem) = decode::name_problem(p) {
+                    cx.d.error(v.pos, format!("priority '{p}' {problem}"));
+                }
+            }
+        }
+        "interruptible" => s.interruptible = cx.bool(v, &f("interruptible")),
+        "metrics" => {
+            if let Some(entries) = cx.fields(v, &f("metrics"), &["stdout"]) {
+                for e in entries {
+                    if e.key == "stdout" {
+                        s.metrics_stdout = cx.bool(&e.value, &f("metrics.stdout"));
+                    }
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
+    let Some(entries) = v.as_map() else {
+        cx.expected(v, field, "a mapping of variable names to values");
+        return;
+    };
+    for e in entries {
+        if !decode::is_identifier(&e.key) {
+            cx.d.error(
+                e.key_pos,
+                format!("'{}' is not a valid environment variable name", e.key),
+            )
+            .help("use letters, digits and '_', not starting with a digit");
+            continue;
+        }
+        if e.key.starts_with("SLUICE_") {
+            cx.d.error(
+                e.key_pos,
+                format!("'{}' is set by sluice and cannot be overridden", e.key),
+            );
+            continue;
+        }
+        let field = format!("{field}.{}", e.key);
+        if let Some(text) = cx.text(&e.value, &field) {
+            if let Some(t) = cx.template_of(&e.value, &text) {
+                s.env.insert(e.key.clone(), t);
+            }
+        }
+    }
+}
+
+fn read_resources(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
+    let Some(entries) = cx.fields(v, field, RESOURCE_FIELDS) else {
+        return;
+    };
+    for e in entries {
+        let v = &e.value;
+        let f = format!("{field}.{}", e.key);
+        match e.key.as_str() {
+            "cpu" => s.millicpu = read_cpu(cx, v, &f),
+            "memory" => s.memory = read_memory(cx, v, &f),
+            "gpu" => s.gpu = cx.u32(v, &f, 0),
+            "workers" => s.workers = cx.u32(v, &f, 1),
+            "flavor" => s.flavor = cx.plain_string(v, &f),
+            _ => {}
+        }
+    }
+}
+
+fn read_cpu(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<u64> {
+    const WHAT: &str = "a number of cores such as 2, 0.5 or 500m";
+    let cores = match v.as_scalar().map(|s| s.typed()) {
+        Some(Typed::Int(i)) if i >= 0 => Some(i as f64),
+        Some(Typed::Float(f)) if f.is_finite() && f >= 0.0 => Some(f),
+        Some(Typed::Str(t)) => units::parse_quantity(t).ok(),
+        _ => None,
+    };
+    match cores {
+        Some(c) if c * 1000.0 <= u64::MAX as f64 => Some((c * 1000.0).round() as u64),
+        _ => {
+            cx.expected(v, field, WHAT);
+            None
+        }
+    }
+}
+
+fn read_memory(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<u64> {
+    const WHAT: &str = "a quantity such as 512Mi or 4Gi";
+    let bytes = match v.as_scalar().map(|s| s.typed()) {
+        Some(Typed::Int(i)) if i >= 0 => Some(i as f64),
+        Some(Typed::Str(t)) => units::parse_quantity(t).ok(),
+        _ => None,
+    };
+    match bytes {
+        Some(b) if b <= u64::MAX as f64 => Some(b.round() as u64),
+        _ => {
+            cx.expected(v, field, WHAT);
+            if let Some(Typed::Str(t)) = v.as_scalar().map(|s| s.typed()) {
+                if let Some(stripped) = t.strip_suffix(['B', 'b']) {
+                    cx.d.push_help_last(format!(
+                        "Kubernetes quantities have no 'B': '{stripped}i'"
+                    ));
+                }
+            }
+            None
+        }
+    }
+}
+
+fn read_retry(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
+    let Some(entries) = cx.fields(v, field, RETRY_FIELDS) else {
+        return;
+    };
+    for e in entries {
+        let v = &e.value;
+        let f = format!("{field}.{}", e.key);
+        match e.key.as_str() {
+            "limit" => s.retry_limit = cx.u32(v, &f, 0),
+            "backoff" => s.retry_backoff = cx.duration(v, &f),
+            "maxBackoff" => s.retry_max_backoff = cx.duration(v, &f),
+            "factor" => match cx.number(v, &f) {
+                Some(x) if x >= 1.0 => s.retry_factor = Some(x),
+                Some(_) => {
+                    cx.d.error(
+                        v.pos,
+                        format!(
+                            "{f}: expected a number of at least 1, found {}",
+                            v.describe()
+                        ),
+                    );
+                }
+                None => {}
+            },
+            "on" => {
+                let Some(items) = v.as_seq() else {
+                    cx.expected(v, &f, "a list of failure and timeout");
+                    continue;
+                };
+                let mut on = Vec::new();
+                for item in items {
+                    match item.as_scalar().map(|s| s.typed()) {
+                        Some(Typed::Str("failure")) => on.push(RetryOn::Failure),
+                        Some(Typed::Str("timeout")) => on.push(RetryOn::Timeout),
+                        Some(Typed::Str(other)) => {
+                            let d =
+                                cx.d.error(item.pos, format!("{f}: unknown reason '{other}'"));
+                            d.suggest(other, ["failure", "timeout"]);
+                            d.help(
+                                "retry.on lists failure and/or timeout; preemption always resumes",
+                            );
+                        }
+                        _ => cx.expected(item, &f, "failure or timeout"),
+                    }
+                }
+                s.retry_on = Some(on);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn read_checkpoint(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Duration>> {
+    match &v.value {
+        Value::Scalar(sc) => match sc.typed() {
+            Typed::Bool(false) => Some(None),
+            Typed::Bool(true) => Some(Some(DEFAULT_CHECKPOINT_EVERY)),
+            _ => {
+                cx.expected(v, field, "{every: DURATION} or false");
+                None
+            }
+        },
+        Value::Map(_) => {
+            let entries = cx.fields(v, field, &["every"])?;
+            let mut every = DEFAULT_CHECKPOINT_EVERY;
+            for e in entries {
+                if e.key == "every" {
+                    every = cx.duration(&e.value, &format!("{field}.every"))?;
+                    if every.is_zero() {
+                        cx.d.error(e.value.pos, format!("{field}.every must be longer than 0s"));
+                        return None;
+                    }
+                }
+            }
+            Some(Some(every))
+        }
+        Value::Seq(_) => {
+            cx.expected(v, field, "{every: DURATION} or false");
+            None
+        }
+    }
+}
+
+fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Cache>> {
+    match &v.value {
+        Value::Scalar(sc) => match sc.typed() {
+            Typed::Bool(b) => Some(b.then(Cache::default)),
+            _ => {
+                cx.expected(v, field, "true, false or {key: STRING, files: [PATHS]}");
+                None
+            }
+        },
+        Value::Map(_) => {
+            let entries = cx.fields(v, field, &["key", "files"])?;
+            let mut cache = Cache::default();
+            for e in entries {
+                match e.key.as_str() {
+                    "key" => cache.key = Some(cx.template(&e.value, &format!("{field}.key"))?),
+                    "files" => {
+                        cache.files = cx
+                            .string_list(
+                                &e.value,
+                                &format!("{field}.files"),
+                                "a list of file paths",
+                            )?
+                            .into_iter()
+                            .map(|(s, _)| s)
+                            .collect();
+                    }
+                    _ => {}
+                }
+            }
+            Some(Some(cache))
+        }
+        Value::Seq(_) => {
+            cx.expected(v, field, "true, false or {key: STRING, files: [PATHS]}");
+            None
+        }
+    }
+}
+
+fn all_step_fields() -> Vec<&'static str> {
+    OWN_FIELDS.iter().chain(SHARED_FIELDS).copied().collect()
+}
+
+fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step> {
+    let allowed = all_step_fields();
+    let Some(entries) = node.as_map() else {
+        cx.expected(
+            node,
+            "steps",
+            "a step (a mapping with a name and a run command)",
+        );
+        return None;
+    };
+    let name = match node.get("name") {
+        None => {
+            cx.d.error(node.pos, "a step needs a 'name'")
+                .help("add name: followed by a short lowercase name");
+            return None;
+        }
+        Some(n) => {
+            let name = cx.string(n, "name")?;
+            if let Some(problem) = decode::name_problem(&name) {
+                let d = cx.d.error(n.pos, format!("step name '{name}' {problem}"));
+                let fixed = decode::fix_name(&name);
+                if !fixed.is_empty() {
+                    d.help(format!("try '{fixed}'"));
+                }
+            }
+            name
+        }
+    };
+    let mut own = Settings::default();
+    let mut action_fields: Vec<(&str, Pos)> = Vec::new();
+    let mut action = None;
+    let mut needs = Vec::new();
+    let mut outputs: Vec<String> = Vec::new();
+    let mut for_each = None;
+    let mut when = None;
+    for e in entries {
+        let v = &e.value;
+        match e.key.as_str() {
+            "name" => {}
+            "run" => {
+                action_fields.push(("run", e.key_pos));
+                action = cx.template(v, "run").map(Action::Run).or(action);
+            }
+            "command" => {
+                action_fields.push(("command", e.key_pos));
+                action = read_command(cx, v).map(Action::Command).or(action);
+            }
+            "sweep" => {
+                action_fields.push(("sweep", e.key_pos));
+                action = read_sweep(cx, v, &name).or(action);
+            }
+            "needs" => {
+                let mut seen: HashMap<String, u32> = HashMap::new();
+                for (need, pos) in cx
+                    .string_list(v, "needs", "a list of step names")
+                    .unwrap_or_default()
+                {
+                    if let Some(line) = seen.insert(need.clone(), pos.line) {
+                        cx.d.error(pos, format!("duplicate '{need}' in needs"))
+                            .help(format!("'{need}' is first listed on line {line}"));
+                        continue;
+                    }
+                    needs.push(Need { step: need, pos });
+                }
+            }
+            "outputs" => {
+                let mut seen: HashMap<String, u32> = HashMap::new();
+                for (out, pos) in cx
+                    .string_list(v, "outputs", "a list of artifact names")
+                    .unwrap_or_default()
+                {
+                    if !decode::is_output_name(&out) {
+                        cx.d.error(pos, format!("output name '{out}' is not a valid file name"))
+                            .help("use letters, digits, '_', '-' and '.', starting with a letter or digit");
+                        continue;
+                    }
+                    if let Some(line) = seen.insert(out.clone(), pos.line) {
+                        cx.d.error(pos, format!("duplicate output '{out}'"))
+                            .help(format!("'{out}' is first listed on line {line}"));
+                        continue;
+                    }
+                    outputs.push(out);
+                }
+            }
+            "forEach" => for_each = read_for_each(cx, v),
+            "when" => when = read_when(cx, v),
+            key => {
+                if !read_shared(cx, &mut own, key, v, "") {
+                    cx.d.error(e.key_pos, format!("unknown field '{key}' in step '{name}'"))
+                        .suggest(key, allowed.iter().copied());
+                }
+            }
+        }
+    }
+    match action_fields.as_slice() {
+        [] => {
+            cx.d.error(node.pos, format!("step '{name}' has nothing to run"))
+                .help("add run: (a shell command line), command: (an argument list) or sweep:");
+        }
+        [_] => {}
+        [(first, _), (second, pos), ..] => {
+            cx.d.error(
+                *pos,
+                format!("step '{name}' sets both '{first}' and '{second}'"),
+            )
+            .help("keep exactly one of run, command and sweep");
+        }
+    }
+    let s = own.over(defaults);
+    let retry_defaults = Retry::default();
+    Some(Step {
+        name,
+        pos: node.pos,
+        action: action.unwrap_or_else(|| Action::Run(Template::default())),
+        needs,
+        workdir: s.workdir,
+        env: s.env,
+        image: s.image,
+        resources: Resources {
+            millicpu: s.millicpu.unwrap_or(1000),
+            memory: s.memory,
+            gpu: s.gpu.unwrap_or(0),
+            workers: s.workers.unwrap_or(1),
+            flavor: s.flavor,
+        },
+        outputs,
+        retry: Retry {
+            limit: s.retry_limit.unwrap_or(retry_defaults.limit),
+            backoff: s.retry_backoff.unwrap_or(retry_defaults.backoff),
+            factor: s.retry_factor.unwrap_or(retry_defaults.factor),
+            max_backoff: s.retry_max_backoff.unwrap_or(retry_defaults.max_backoff),
+            on: s.retry_on.unwrap_or(retry_defaults.on),
+        },
+        timeout: s.timeout,
+        checkpoint: s.checkpoint.unwrap_or(Some(DEFAULT_CHECKPOINT_EVERY)),
+        cache: s.cache.unwrap_or(None),
+        for_each,
+        when,
+        priority: s.priority,
+        interruptible: s.interruptible.unwrap_or(false),
+        metrics_stdout: s.metrics_stdout.unwrap_or(true),
+        on_exit: false,
+    })
+}
+
+fn read_command(cx: &mut Cx<'_>, v: &Node) -> Option<Vec<Template>> {
+    let Some(items) = v.as_seq() else {
+        cx.expected(v, "command", "a list of arguments");
+        if v.as_scalar().is_some() {
+            cx.d.push_help_last(
+                "write command: [prog, arg, ...], or use run: for a shell command line".into(),
+            );
+        }
+        return None;
+    };
+    if items.is_empty() {
+        cx.d.error(v.pos, "command: the argument list is empty");
+        return None;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let text = cx.text(item, "command")?;
+        out.push(cx.template_of(item, &text)?);
+    }
+    Some(out)
+}
+
+fn read_sweep(cx: &mut Cx<'_>, v: &Node, step: &str) -> Option<Action> {
+    if v.as_map().is_none() {
+        cx.expected(v, "sweep", "a mapping (the spec of a Sweep)");
+        return None;
+    }
+    let params = v
+        .get("params")
+        .and_then(Node::as_map)
+        .map(|m| m.iter().map(|e| e.key.clone()).collect())
+        .unwrap_or_default();
+    cx.d.note(
+        v.pos,
+        format!("the sweep of step '{step}' is not validated yet"),
+    )
+    .help(
+        "this version of sluice reads pipelines; sweeps arrive in a later one and cannot run yet",
+    );
+    Some(Action::Sweep {
+        params,
+        spec: v.clone(),
+    })
+}
+
+fn read_for_each(cx: &mut Cx<'_>, v: &Node) -> Option<ForEach> {
+    const WHAT: &str = "a list, a list parameter ({{params.NAME}}) or an output reference \
+                        ({{steps.STEP.outputs.NAME}})";
+    match &v.value {
+        Value::Seq(items) => Some(ForEach::Items(items.iter().map(Node::to_json).collect())),
+        Value::Scalar(s) if matches!(s.typed(), Typed::Str(_)) => {
+            let t = cx.template_of(v, &s.text)?;
+            match t.single_ref() {
+                Some(
+                    r @ RefAt {
+                        reference: Ref::Param(_) | Ref::Output { .. },
+                        ..
+                    },
+                ) => Some(ForEach::Ref(r.clone())),
+                _ => {
+                    cx.expected(v, "forEach", WHAT);
+                    None
+                }
+            }
+        }
+        _ => {
+            cx.expected(v, "forEach", WHAT);
+            None
+        }
+    }
+}
+
+fn read_when(cx: &mut Cx<'_>, v: &Node) -> Option<When> {
+    let text = match v.as_scalar().map(|s| s.typed()) {
+        Some(Typed::Str(s)) => s.to_owned(),
+        Some(Typed::Bool(b)) => {
+            return Some(When {
+                text: b.to_string(),
+                expr: Expr::Operand(Operand::Quoted(b.to_string())),
+            });
+        }
+        _ => {
+            cx.expected(
+                v,
+                "when",
+                "a condition such as \"{{steps.train.metrics.accuracy}} >= 0.9\"",
+            );
+            return None;
+        }
+    };
+    let parsed = expr::parse(&text);
+    let mut ok = true;
+    for e in parsed.template_errors {
+        ok = false;
+        let pos = cx.pos_in(v, &text, e.offset, &e.raw);
+        let d = cx.d.error(pos, e.message);
+        if let Some(h) = e.help {
+            d.help(h);
+        }
+    }
+    match parsed.expr {
+        Ok(mut expr) => {
+            set_ref_positions(cx, v, &text, &mut expr);
+            ok.then_some(When { text, expr })
+        }
+        Err(e) => {
+            let tail: String = text[e.offset.min(text.len())..].chars().take(1).collect();
+            let pos = cx.pos_in(v, &text, e.offset, &tail);
+            let d = cx.d.error(pos, format!("when: {}", e.message));
+            if let Some(h) = e.help {
+                d.help(h);
+            }
+            None
+        }
+    }
+}
+
+fn set_ref_positions(cx: &mut Cx<'_>, v: &Node, text: &str, expr: &mut Expr) {
+    let mut fix = |o: &mut Operand| {
+        if let Operand::Word(t) = o {
+            for part in &mut t.parts {
+                if let super::template::Part::Ref(r) = part {
+                    // Offsets inside a word are relative to the word; find the reference by text.
+                    let offset = text.find(&r.raw).unwrap_or(0);
+                    r.pos = cx.pos_in(v, text, offset, &r.raw);
+                }
+            }
+        }
+    };
+    fn walk(e: &mut Expr, fix: &mut dyn FnMut(&mut Operand)) {
+        match e {
+            Expr::Operand(o) => fix(o),
+            Expr::Not(x) => walk(x, fix),
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                walk(a, fix);
+                walk(b, fix);
+            }
+            Expr::Compare(_, a, b) => {
+                fix(a);
+                fix(b);
+            }
+        }
+    }
+    walk(expr, &mut fix);
+}
+
+/// Checks that every name a step uses exists: needed steps, parameters, outputs, sweep
+/// parameters, `{{item}}` fields. Whether a referenced step is upstream is the DAG's check.
+fn check_references(cx: &mut Cx<'_>, p: &Pipeline, index: &HashMap<String, usize>) {
+    let step_names = || p.steps.iter().map(|s| s.name.as_str());
+    for step in &p.steps {
+        for need in &step.needs {
+            match index.get(&need.step) {
+                None => {
+                    cx.d.error(
+                        need.pos,
+                        format!(
+                            "step '{}' needs '{}', which is not a step of this pipeline",
+                            step.name, need.step
+                        ),
+                    )
+                    .suggest(&need.step, step_names());
+                }
+                Some(&i) if p.steps[i].on_exit && !step.on_exit => {
+                    cx.d.error(need.pos, format!("step '{}' needs '{}', which runs on exit", step.name, need.step))
+                        .help("onExit steps run after everything else; remove it from needs or from onExit");
+                }
+                Some(_) => {}
+            }
+        }
+        for r in step.refs() {
+            check_ref(cx, p, index, step, r);
+        }
+    }
+}
+
+fn check_ref(
+    cx: &mut Cx<'_>,
+    p: &Pipeline,
+    index: &HashMap<String, usize>,
+    step: &Step,
+    r: &RefAt,
+) {
+    let raw = &r.raw;
+    match &r.reference {
+        Ref::Param(name) => {
+            if p.param(name).is_none() {
+                let d = cx.d.error(
+                    r.pos,
+                    format!("{raw}: the pipeline has no parameter '{name}'"),
+                );
+                d.suggest(name, p.params.iter().map(|p| p.name.as_str()));
+                if d.help.is_empty() {
+                    d.help(format!(
+                        "declare it under spec.params: {name}: {{type: string, default: ...}}"
+                    ));
+                }
+            } else if let Some(ForEach::Ref(f)) = &step.for_each {
+                if f == r && p.param(name).is_some_and(|x| x.ty != ParamType::List) {
+                    cx.d.error(r.pos, format!("forEach: parameter '{name}' is not a list"))
+                        .help(format!(
+                            "declare it with type: list, or write the items here"
+                        ));
+                }
+            }
+        }
+        Ref::PipelineParam(name) => {
+            cx.d.error(
+                r.pos,
+                format!("{raw} is only available in a sweep step's trial"),
+            )
+            .help(format!("in a pipeline step write {{{{params.{name}}}}}"));
+        }
+        Ref::Item(path) => match &step.for_each {
+            None => {
+                cx.d.error(
+                    r.pos,
+                    format!("{raw} is only available in a step with forEach"),
+                );
+            }
+            Some(ForEach::Items(items)) if !path.is_empty() => {
+                let field = &path[0];
+                if let Some((i, _)) = items
+                    .iter()
+                    .enumerate()
+                    .find(|(_, it)| it.get(field.as_str()).is_none())
+                {
+                    cx.d.error(
+                        r.pos,
+                        format!("{raw}: forEach item {i} has no field '{field}'"),
+                    );
+                }
+            }
+            Some(_) => {}
+        },
+        Ref::RunState if !step.on_exit => {
+            cx.d.error(r.pos, format!("{raw} is only known in onExit steps"))
+                .help("list this step in spec.onExit to run it after everything else");
+        }
+        Ref::Output { step: from, name }
+        | Ref::Metric { step: from, name }
+        | Ref::BestParam { step: from, name } => {
+            let Some(&i) = index.get(from) else {
+                cx.d.error(r.pos, format!("{raw}: there is no step '{from}'"))
+                    .suggest(from, p.steps.iter().map(|s| s.name.as_str()));
+                return;
+            };
+            let source = &p.steps[i];
+            if source.name == step.name {
+                cx.d.error(
+                    r.pos,
+                    format!("{raw}: a step cannot read its own outputs or metrics"),
+                );
+                return;
+            }
+            match &r.reference {
+                Ref::Output { .. } => {
+                    if source.is_fan_out() {
+                        cx.d.error(r.pos, format!("{raw}: outputs of fan-out step '{from}' cannot be referenced downstream"))
+                            .help("write the combined result in a step that needs the fan-out step");
+                    } else if !matches!(source.action, Action::Sweep { .. })
+                        && !source.outputs.contains(name)
+                    {
+                        let d = cx.d.error(
+                            r.pos,
+                            format!("{raw}: step '{from}' has no output '{name}'"),
+                        );
+                        d.suggest(name, source.outputs.iter().map(String::as_str));
+                        if d.help.is_empty() {
+                            d.help(format!("declare it in the outputs of step '{from}'"));
+                        }
+                    }
+                }
+                Ref::BestParam { .. } => {
+                    match &source.action {
+                        Action::Sweep { params, .. } => {
+                            if !params.contains(name) {
+                                cx.d.error(r.pos, format!("{raw}: the sweep of step '{from}' has no parameter '{name}'"))
+                                .suggest(name, params.iter().map(String::as_str));
+                            }
+                        }
+                        _ => {
+                            cx.d.error(r.pos, format!("{raw}: step '{from}' is not a sweep"))
+                                .help("best.params is available after a step with sweep:");
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ref::RunState | Ref::RunId | Ref::RunName | Ref::Team => {}
+    }
+}
