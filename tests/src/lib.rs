@@ -1,1 +1,104 @@
+//! Helpers for end-to-end tests: find the real binaries, run them in a throwaway directory.
+//!
+//! The binaries are found in the target directory beside the test executable (as ripgrep's
+//! tests do), so `cargo build --workspace` must run before the tests; `.ci/run` and the
+//! README's test command do.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace's root folder.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// The path of a binary of this workspace (`sluice`, `sluice-runtime`).
+///
+/// Panics with instructions when it has not been built: a test without its binary cannot say
+/// anything true.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    // target/debug/deps/test-hash -> target/debug
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable lives in target/PROFILE/deps");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        path.display()
+    );
+    path
+}
+
+/// A command for `sluice` with a clean environment for logs.
+pub fn sluice() -> Command {
+    let mut cmd = Command::new(bin("sluice"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+/// Output of a finished command, as text.
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn ran(out: Output) -> Ran {
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `sluice ARGS` in `dir`.
+pub fn run_in(dir: &Path, args: &[&str]) -> Ran {
+    ran(sluice()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("sluice starts"))
+}
+
+/// A fresh temporary folder, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let base = std::env::temp_dir().join(format!(
+            "sluice-test-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&base).expect("temp dir");
+        TempDir(base)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("parent dir");
+        }
+        std::fs::write(&p, text).expect("write file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -50,28 +50,20 @@ pub fn build(p: &Pipeline, d: &mut Diagnostics) -> Option<Dag> {
             }
         }
     }
-    let order = match toposort(&g, None) {
-        Ok(order) => order,
-        Err(_) => {
-            report_cycles(p, &g, d);
-            return None;
-        }
-    };
-    let mut topo_pos = vec![0usize; n];
-    for (pos, node) in order.iter().enumerate() {
-        topo_pos[node.index()] = pos;
+    let order = toposort(&g, None).ok();
+    if order.is_none() {
+        report_cycles(p, &g, d);
     }
-    let mut level = vec![0u32; n];
-    for node in &order {
-        let lvl = g
-            .neighbors_directed(*node, Direction::Incoming)
-            .map(|up| level[up.index()] + 1)
-            .max()
-            .unwrap_or(0);
-        level[node.index()] = lvl;
+    // With a cycle there is no order to prune the upstream walk with; it still runs, so
+    // that its problems are reported with the cycle's.
+    let mut topo_pos = vec![0usize; n];
+    let pruned = order.is_some();
+    for (pos, node) in order.iter().flatten().enumerate() {
+        topo_pos[node.index()] = pos;
     }
     let mut upstream = Upstream {
         g: &g,
+        pruned,
         topo_pos: &topo_pos,
         stamp: vec![0; n],
         query: 0,
@@ -108,6 +100,16 @@ pub fn build(p: &Pipeline, d: &mut Diagnostics) -> Option<Dag> {
             }
         }
     }
+    let order = order?;
+    let mut level = vec![0u32; n];
+    for node in &order {
+        let lvl = g
+            .neighbors_directed(*node, Direction::Incoming)
+            .map(|up| level[up.index()] + 1)
+            .max()
+            .unwrap_or(0);
+        level[node.index()] = lvl;
+    }
     let (on_exit, main): (Vec<usize>, Vec<usize>) = order
         .iter()
         .map(|n| n.index())
@@ -121,6 +123,8 @@ pub fn build(p: &Pipeline, d: &mut Diagnostics) -> Option<Dag> {
 
 struct Upstream<'g> {
     g: &'g DiGraph<usize, usize>,
+    /// Whether `topo_pos` holds a topological order (false when the graph has a cycle).
+    pruned: bool,
     topo_pos: &'g [usize],
     stamp: Vec<u32>,
     query: u32,
@@ -131,7 +135,7 @@ impl Upstream<'_> {
     /// Whether `anc` is reached walking back along `needs` from `of`. Steps before `anc` in
     /// topological order cannot lead to it, so the walk never visits them.
     fn is_ancestor(&mut self, anc: usize, of: usize) -> bool {
-        if self.topo_pos[anc] >= self.topo_pos[of] {
+        if self.pruned && self.topo_pos[anc] >= self.topo_pos[of] {
             return false;
         }
         self.query += 1;
@@ -143,7 +147,8 @@ impl Upstream<'_> {
                 if u == anc {
                     return true;
                 }
-                if self.stamp[u] != self.query && self.topo_pos[u] > self.topo_pos[anc] {
+                let may_lead = !self.pruned || self.topo_pos[u] > self.topo_pos[anc];
+                if self.stamp[u] != self.query && may_lead {
                     self.stamp[u] = self.query;
                     self.stack.push(up);
                 }

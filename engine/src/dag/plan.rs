@@ -58,22 +58,25 @@ pub struct Instance {
 
 /// Expands `pipeline` in the order of `dag`, with parameter values `params`.
 pub fn expand(pipeline: &Pipeline, dag: &Dag, params: BTreeMap<String, ParamValue>) -> Plan {
-    let mut levels: Vec<Level> = Vec::new();
-    let mut instances = 0;
-    for &i in &dag.order {
-        let step = &pipeline.steps[i];
-        let lvl = dag.level[i];
-        let out = expand_step(step, &params);
-        instances += out.len();
-        match levels.iter_mut().find(|l| l.level == lvl) {
-            Some(l) => l.steps.extend(out),
-            None => levels.push(Level {
-                level: lvl,
-                steps: out,
-            }),
-        }
+    // Within a level, steps keep the order of the file: plans read like the YAML.
+    let mut by_level: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    let mut main = dag.order.clone();
+    main.sort_unstable();
+    for i in main {
+        by_level.entry(dag.level[i]).or_default().push(i);
     }
-    levels.sort_by_key(|l| l.level);
+    let mut instances = 0;
+    let levels: Vec<Level> = by_level
+        .into_iter()
+        .map(|(level, steps)| {
+            let steps: Vec<Instance> = steps
+                .into_iter()
+                .flat_map(|i| expand_step(&pipeline.steps[i], &params))
+                .collect();
+            instances += steps.len();
+            Level { level, steps }
+        })
+        .collect();
     let on_exit: Vec<Instance> = dag
         .on_exit
         .iter()

@@ -136,10 +136,13 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         Some(m) => metadata(cx, m, katib),
     };
     let spec = node.get("spec");
-    let metadata = metadata?;
-    if !ok {
-        return None;
-    }
+    // Go on after a bad apiVersion or name: the rest of the document has problems to find too.
+    let _ = ok;
+    let metadata = metadata.unwrap_or_else(|| Metadata {
+        name: String::new(),
+        team: "default".into(),
+        labels: BTreeMap::new(),
+    });
     if kind.0 == "Pipeline" {
         let Some(spec) = spec else {
             cx.d.error(node.pos, "missing 'spec'")
@@ -239,5 +242,6 @@ fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
             .help("add name: a lowercase name such as nightly-train");
         ok = false;
     }
-    ok.then_some(meta)
+    let _ = ok;
+    Some(meta)
 }

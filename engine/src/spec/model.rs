@@ -127,6 +127,11 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
+    /// The value as JSON, as `SLUICE_PARAMS` holds it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
     /// The text a template inserts: numbers and booleans as written, lists as JSON.
     pub fn to_text(&self) -> String {
         match self {

@@ -86,7 +86,7 @@ pub fn decode(cx: &mut Cx<'_>, node: &Node) -> Vec<Param> {
                             d.value.pos,
                             format!(
                                 "{field}.default: {} is not one of the allowed values",
-                                value.to_text()
+                                value.to_json()
                             ),
                         )
                         .help(format!("allowed: {}", list_values(values)));
@@ -106,7 +106,7 @@ pub fn decode(cx: &mut Cx<'_>, node: &Node) -> Vec<Param> {
 fn list_values(values: &[ParamValue]) -> String {
     values
         .iter()
-        .map(ParamValue::to_text)
+        .map(|v| v.to_json().to_string())
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -327,8 +327,9 @@ fn read_memory(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<u64> {
             cx.expected(v, field, WHAT);
             if let Some(Typed::Str(t)) = v.as_scalar().map(|s| s.typed()) {
                 if let Some(stripped) = t.strip_suffix(['B', 'b']) {
+                    let base = stripped.trim_end_matches('i');
                     cx.d.push_help_last(format!(
-                        "Kubernetes quantities have no 'B': '{stripped}i'"
+                        "quantities have no 'B': write '{base}' (powers of 1000) or '{base}i' (powers of 1024)"
                     ));
                 }
             }

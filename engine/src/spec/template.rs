@@ -299,7 +299,7 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(t.refs().nth(1).map(|r| r.offset), Some(31));
+        assert_eq!(t.refs().nth(1).map(|r| r.offset), Some(38));
     }
 
     #[test]
