@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::decode::{self, Cx};
+use super::decode::Cx;
 use super::diagnostic::Diagnostics;
 use super::model::{Pipeline, Step};
 use super::yaml::{Node, Source};
@@ -119,8 +119,8 @@ fn read_pool(cx: &mut Cx<'_>, node: &Node) -> Option<Pool> {
 fn workers_that_fit(step: &Step, pool: &Pool) -> u64 {
     let r = &step.resources;
     let mut per_node = u64::MAX;
-    if r.gpu > 0 {
-        per_node = per_node.min(u64::from(pool.gpu / r.gpu));
+    if let Some(n) = pool.gpu.checked_div(r.gpu) {
+        per_node = per_node.min(u64::from(n));
     }
     if let (Some(have), true) = (pool.millicpu, r.millicpu > 0) {
         per_node = per_node.min(have / r.millicpu);
@@ -138,17 +138,17 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
         d: diags,
     };
     for step in &p.steps {
-        if let Some(prio) = &step.priority {
-            if !cap.priorities.contains(prio) {
-                cx.d.error(
-                    step.pos,
-                    format!(
-                        "step '{}': the cluster has no priority class '{prio}'",
-                        step.name
-                    ),
-                )
-                .suggest(prio, cap.priorities.iter().map(String::as_str));
-            }
+        if let Some(prio) = &step.priority
+            && !cap.priorities.contains(prio)
+        {
+            cx.d.error(
+                step.pos,
+                format!(
+                    "step '{}': the cluster has no priority class '{prio}'",
+                    step.name
+                ),
+            )
+            .suggest(prio, cap.priorities.iter().map(String::as_str));
         }
         let flavored: Vec<&Pool> = cap
             .pools
@@ -160,22 +160,22 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
                     .is_none_or(|f| pool.labels.values().any(|v| v == f))
             })
             .collect();
-        if let Some(flavor) = &step.resources.flavor {
-            if flavored.is_empty() {
-                let mut flavors: Vec<&str> = cap
-                    .pools
-                    .iter()
-                    .flat_map(|p| p.labels.values().map(String::as_str))
-                    .collect();
-                flavors.sort_unstable();
-                flavors.dedup();
-                cx.d.error(
-                    step.pos,
-                    format!("step '{}': no pool offers flavor '{flavor}'", step.name),
-                )
-                .suggest(flavor, flavors.iter().copied());
-                continue;
-            }
+        if let Some(flavor) = &step.resources.flavor
+            && flavored.is_empty()
+        {
+            let mut flavors: Vec<&str> = cap
+                .pools
+                .iter()
+                .flat_map(|p| p.labels.values().map(String::as_str))
+                .collect();
+            flavors.sort_unstable();
+            flavors.dedup();
+            cx.d.error(
+                step.pos,
+                format!("step '{}': no pool offers flavor '{flavor}'", step.name),
+            )
+            .suggest(flavor, flavors.iter().copied());
+            continue;
         }
         let r = &step.resources;
         let best = flavored
@@ -204,5 +204,4 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
             }
         }
     }
-    let _ = decode::is_identifier;
 }

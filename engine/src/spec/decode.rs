@@ -23,13 +23,15 @@ impl Cx<'_> {
         let d = self
             .d
             .error(node.pos, format!("{field}: expected {what}, found {found}"));
-        if let Value::Scalar(s) = &node.value {
-            if s.plain && what.starts_with("a string") && !matches!(s.typed(), Typed::Null) {
-                d.help(format!(
-                    "YAML reads this as {found}; quote it: \"{}\"",
-                    s.text
-                ));
-            }
+        if let Value::Scalar(s) = &node.value
+            && s.plain
+            && what.starts_with("a string")
+            && !matches!(s.typed(), Typed::Null)
+        {
+            d.help(format!(
+                "YAML reads this as {found}; quote it: \"{}\"",
+                s.text
+            ));
         }
     }
 

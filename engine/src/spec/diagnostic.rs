@@ -157,7 +157,7 @@ impl Diagnostics {
     /// The diagnostics sorted by position, without repeats. Settings shared through
     /// `defaults` are checked once per step, so the same problem can be found many times.
     pub fn into_sorted(mut self) -> Vec<Diagnostic> {
-        self.items.sort_by(|a, b| a.pos.cmp(&b.pos));
+        self.items.sort_by_key(|a| a.pos);
         self.items.dedup();
         self.items
     }

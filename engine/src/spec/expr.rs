@@ -347,8 +347,7 @@ fn value<E>(o: &Operand, resolve: &mut impl FnMut(&Ref) -> Result<String, E>) ->
 }
 
 fn truthy(v: &str) -> bool {
-    !matches!(v.trim(), "" | "false" | "False" | "0")
-        && v.trim().parse::<f64>().map_or(true, |n| n != 0.0)
+    !matches!(v.trim(), "" | "false" | "False" | "0") && (v.trim().parse::<f64>() != Ok(0.0))
 }
 
 fn compare(op: Op, a: &str, b: &str) -> bool {

@@ -74,12 +74,10 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
     }
     let api = node.get("apiVersion");
     let kind_node = node.get("kind");
-    let mut ok = true;
     let api_version = match api {
         None => {
             cx.d.error(node.pos, "missing 'apiVersion'")
                 .help(format!("add apiVersion: {API_VERSION}"));
-            ok = false;
             None
         }
         Some(a) => cx.string(a, "apiVersion").map(|s| (s, a.pos)),
@@ -100,9 +98,8 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         Some((a, pos)) => {
             cx.d.error(*pos, format!("unsupported apiVersion '{a}'"))
                 .help(format!("sluice reads apiVersion: {API_VERSION}"));
-            ok = false;
         }
-        None => ok = false,
+        None => {}
     }
     if katib {
         if kind.0 != "Experiment" {
@@ -137,7 +134,6 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
     };
     let spec = node.get("spec");
     // Go on after a bad apiVersion or name: the rest of the document has problems to find too.
-    let _ = ok;
     let metadata = metadata.unwrap_or_else(|| Metadata {
         name: String::new(),
         team: "default".into(),
@@ -184,14 +180,12 @@ fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
         team: "default".into(),
         labels: BTreeMap::new(),
     };
-    let mut ok = true;
     let mut named = false;
     for e in entries {
         match e.key.as_str() {
             "name" | "team" => {
                 let field = format!("metadata.{}", e.key);
                 let Some(value) = cx.string(&e.value, &field) else {
-                    ok = false;
                     continue;
                 };
                 if let Some(problem) = decode::name_problem(&value) {
@@ -201,7 +195,6 @@ fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
                     if !fixed.is_empty() {
                         d.help(format!("try '{fixed}'"));
                     }
-                    ok = false;
                 }
                 if e.key == "name" {
                     named = true;
@@ -240,8 +233,6 @@ fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
     if !named {
         cx.d.error(node.pos, "missing 'metadata.name'")
             .help("add name: a lowercase name such as nightly-train");
-        ok = false;
     }
-    let _ = ok;
     Some(meta)
 }

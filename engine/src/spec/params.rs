@@ -78,22 +78,22 @@ pub fn decode(cx: &mut Cx<'_>, node: &Node) -> Vec<Param> {
                 ),
             }
         }
-        if let Some(d) = fields.iter().find(|f| f.key == "default") {
-            if let Some(value) = value_of(cx, &d.value, ty, &format!("{field}.default")) {
-                if let Some(values) = &param.values {
-                    if !values.contains(&value) {
-                        cx.d.error(
-                            d.value.pos,
-                            format!(
-                                "{field}.default: {} is not one of the allowed values",
-                                value.to_json()
-                            ),
-                        )
-                        .help(format!("allowed: {}", list_values(values)));
-                    }
-                }
-                param.default = Some(value);
+        if let Some(d) = fields.iter().find(|f| f.key == "default")
+            && let Some(value) = value_of(cx, &d.value, ty, &format!("{field}.default"))
+        {
+            if let Some(values) = &param.values
+                && !values.contains(&value)
+            {
+                cx.d.error(
+                    d.value.pos,
+                    format!(
+                        "{field}.default: {} is not one of the allowed values",
+                        value.to_json()
+                    ),
+                )
+                .help(format!("allowed: {}", list_values(values)));
             }
+            param.default = Some(value);
         }
         if let Some(d) = fields.iter().find(|f| f.key == "description") {
             cx.string(&d.value, &format!("{field}.description"));
@@ -212,20 +212,20 @@ pub fn resolve(
         };
         match parse_text(param.ty, text) {
             Ok(v) => {
-                if let Some(allowed) = &param.values {
-                    if !allowed.contains(&v) {
-                        errors.push(
-                            Diagnostic::error(
-                                &origin(arg),
-                                None,
-                                format!(
-                                    "parameter '{name}': {text:?} is not one of the allowed values"
-                                ),
-                            )
-                            .with_help(format!("allowed: {}", list_values(allowed))),
-                        );
-                        continue;
-                    }
+                if let Some(allowed) = &param.values
+                    && !allowed.contains(&v)
+                {
+                    errors.push(
+                        Diagnostic::error(
+                            &origin(arg),
+                            None,
+                            format!(
+                                "parameter '{name}': {text:?} is not one of the allowed values"
+                            ),
+                        )
+                        .with_help(format!("allowed: {}", list_values(allowed))),
+                    );
+                    continue;
                 }
                 values.insert(name.to_owned(), v);
             }

@@ -228,10 +228,10 @@ fn read_shared(cx: &mut Cx<'_>, s: &mut Settings, key: &str, v: &Node, prefix: &
         "cache" => s.cache = read_cache(cx, v, &f("cache")),
         "priority" => {
             s.priority = cx.plain_string(v, &f("priority"));
-            if let Some(p) = &s.priority {
-                if let Some(problem) = decode::name_problem(p) {
-                    cx.d.error(v.pos, format!("priority '{p}' {problem}"));
-                }
+            if let Some(p) = &s.priority
+                && let Some(problem) = decode::name_problem(p)
+            {
+                cx.d.error(v.pos, format!("priority '{p}' {problem}"));
             }
         }
         "interruptible" => s.interruptible = cx.bool(v, &f("interruptible")),
@@ -271,10 +271,10 @@ fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
             continue;
         }
         let field = format!("{field}.{}", e.key);
-        if let Some(text) = cx.text(&e.value, &field) {
-            if let Some(t) = cx.template_of(&e.value, &text) {
-                s.env.insert(e.key.clone(), t);
-            }
+        if let Some(text) = cx.text(&e.value, &field)
+            && let Some(t) = cx.template_of(&e.value, &text)
+        {
+            s.env.insert(e.key.clone(), t);
         }
     }
 }
@@ -325,13 +325,13 @@ fn read_memory(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<u64> {
         Some(b) if b <= u64::MAX as f64 => Some(b.round() as u64),
         _ => {
             cx.expected(v, field, WHAT);
-            if let Some(Typed::Str(t)) = v.as_scalar().map(|s| s.typed()) {
-                if let Some(stripped) = t.strip_suffix(['B', 'b']) {
-                    let base = stripped.trim_end_matches('i');
-                    cx.d.push_help_last(format!(
+            if let Some(Typed::Str(t)) = v.as_scalar().map(|s| s.typed())
+                && let Some(stripped) = t.strip_suffix(['B', 'b'])
+            {
+                let base = stripped.trim_end_matches('i');
+                cx.d.push_help_last(format!(
                         "quantities have no 'B': write '{base}' (powers of 1000) or '{base}i' (powers of 1024)"
                     ));
-                }
             }
             None
         }
@@ -805,13 +805,12 @@ fn check_ref(
                         "declare it under spec.params: {name}: {{type: string, default: ...}}"
                     ));
                 }
-            } else if let Some(ForEach::Ref(f)) = &step.for_each {
-                if f == r && p.param(name).is_some_and(|x| x.ty != ParamType::List) {
-                    cx.d.error(r.pos, format!("forEach: parameter '{name}' is not a list"))
-                        .help(format!(
-                            "declare it with type: list, or write the items here"
-                        ));
-                }
+            } else if let Some(ForEach::Ref(f)) = &step.for_each
+                && f == r
+                && p.param(name).is_some_and(|x| x.ty != ParamType::List)
+            {
+                cx.d.error(r.pos, format!("forEach: parameter '{name}' is not a list"))
+                    .help("declare it with type: list, or write the items here".to_string());
             }
         }
         Ref::PipelineParam(name) => {

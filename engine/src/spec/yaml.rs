@@ -113,10 +113,10 @@ impl Scalar {
         if let Some(i) = parse_int(t) {
             return Typed::Int(i);
         }
-        if is_core_float(t) {
-            if let Ok(f) = t.parse::<f64>() {
-                return Typed::Float(f);
-            }
+        if is_core_float(t)
+            && let Ok(f) = t.parse::<f64>()
+        {
+            return Typed::Float(f);
         }
         Typed::Str(t)
     }
