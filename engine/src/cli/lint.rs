@@ -109,7 +109,9 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
                 continue;
             }
         };
+        let started = std::time::Instant::now();
         let loaded = spec::load(&shown, text);
+        tracing::info!(path = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "loaded");
         let mut d = loaded.diagnostics;
         let mut docs = Vec::new();
         for doc in &loaded.documents {
@@ -122,7 +124,9 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
             let Document::Pipeline(p) = doc else {
                 continue;
             };
+            let started = std::time::Instant::now();
             let graph = dag::graph::build(p, &mut d);
+            tracing::info!(pipeline = %meta.name, elapsed_ms = started.elapsed().as_millis() as u64, "graph built");
             if let Some(cap) = &cluster {
                 capacity::check(p, cap, &loaded.source, &mut d);
             }
@@ -134,7 +138,9 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
                 }
             };
             if let (true, Some(graph), Some(values)) = (args.plan, graph, values) {
+                let started = std::time::Instant::now();
                 plans.push(dag::plan::expand(p, &graph, values));
+                tracing::info!(pipeline = %meta.name, elapsed_ms = started.elapsed().as_millis() as u64, "planned");
             }
         }
         files.push(FileReport {

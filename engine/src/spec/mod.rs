@@ -39,7 +39,13 @@ pub struct Loaded {
 pub fn load(path: &str, text: String) -> Loaded {
     let source = Source::new(path, text);
     let mut diagnostics = Diagnostics::new(path);
+    let started = std::time::Instant::now();
     let nodes = yaml::parse(&source, &mut diagnostics);
+    tracing::debug!(
+        path,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "parsed YAML"
+    );
     let mut documents = Vec::new();
     let real: Vec<&Node> = nodes.iter().filter(|n| !n.is_null()).collect();
     if real.is_empty() && !diagnostics.has_errors() {

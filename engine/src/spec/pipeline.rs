@@ -150,6 +150,7 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
         cx.d.error(steps_node.pos, "a pipeline needs at least one step");
     }
     let mut first_at: HashMap<String, u32> = HashMap::with_capacity(items.len());
+    pipeline.steps.reserve_exact(items.len());
     for item in items {
         let Some(step) = decode_step(cx, item, &defaults) else {
             continue;

@@ -256,7 +256,6 @@ const ALIAS_BUDGET: usize = 5_000_000;
 /// after a syntax error cannot be trusted to mean what its author meant.
 pub fn parse(source: &Source, diags: &mut Diagnostics) -> Vec<Node> {
     let mut loader = Loader {
-        source,
         stack: Vec::new(),
         anchors: HashMap::new(),
         docs: Vec::new(),
@@ -300,8 +299,7 @@ enum Frame {
     },
 }
 
-struct Loader<'s> {
-    source: &'s Source,
+struct Loader {
     stack: Vec<Frame>,
     anchors: HashMap<usize, (Node, usize)>,
     docs: Vec<Node>,
@@ -311,15 +309,14 @@ struct Loader<'s> {
 
 struct Stop(Pos, String);
 
-impl Loader<'_> {
+impl Loader {
+    /// The parser's own line and column (in characters) of a span's start: no need to
+    /// count characters again.
     fn pos(&self, span: &Span) -> Pos {
-        match span.start.byte_offset() {
-            Some(b) => self.source.pos_of(b),
-            None => Pos::new(
-                to_u32(span.start.line().max(1)),
-                to_u32(span.start.col() + 1),
-            ),
-        }
+        Pos::new(
+            to_u32(span.start.line().max(1)),
+            to_u32(span.start.col() + 1),
+        )
     }
 
     fn offset(&self, m: &granit_parser::Marker) -> usize {
