@@ -371,7 +371,7 @@ fn all_errors_of_several_files_are_reported_in_one_run() {
     assert_eq!(out.code, Some(2));
     assert_eq!(
         out.stderr,
-        "a.yaml:6:33: error: dependency cycle: x -> y -> x\n  help: a step cannot wait for itself; remove one of these needs\nb.yaml:2:7: error: unknown kind 'Pipline'\n  help: did you mean 'Pipeline'?\nsluice lint: 2 files, 1 document: 2 errors\n"
+        "a.yaml:6:33: error: dependency cycle: x -> y -> x\n  help: a step cannot wait for itself; remove one of these needs\nb.yaml:2:7: error: unknown kind 'Pipline'\n  help: did you mean 'Pipeline'?\nsluice lint: 2 files, 2 documents: 2 errors\n"
     );
 }
 

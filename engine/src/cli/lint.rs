@@ -43,6 +43,8 @@ struct Report<'a> {
 #[derive(Serialize)]
 struct FileReport {
     path: String,
+    /// YAML documents read, including those too broken to name.
+    yaml_documents: usize,
     documents: Vec<DocReport>,
 }
 
@@ -137,7 +139,10 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
                     None
                 }
             };
-            if let (true, Some(graph), Some(values)) = (args.plan, graph, values) {
+            // A plan of a file with errors would show something that cannot run.
+            if let (true, false, Some(graph), Some(values)) =
+                (args.plan, d.has_errors(), graph, values)
+            {
                 let started = std::time::Instant::now();
                 plans.push(dag::plan::expand(p, &graph, values));
                 tracing::info!(pipeline = %meta.name, elapsed_ms = started.elapsed().as_millis() as u64, "planned");
@@ -145,6 +150,7 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
         }
         files.push(FileReport {
             path: shown,
+            yaml_documents: loaded.yaml_documents,
             documents: docs,
         });
         all.extend(d.into_sorted());
@@ -178,7 +184,7 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
                 })
                 .map_err(io)?;
             }
-            let documents: usize = files.iter().map(|f| f.documents.len()).sum();
+            let documents: usize = files.iter().map(|f| f.yaml_documents).sum();
             let verdict = match errors {
                 0 => "no errors".to_owned(),
                 1 => "1 error".to_owned(),

@@ -215,6 +215,11 @@ fn report_cycles(p: &Pipeline, g: &DiGraph<usize, usize>, d: &mut Diagnostics) {
             .iter()
             .find(|n| n.step == closing)
             .map_or(first.pos, |n| n.pos);
+        if path.len() == 1 {
+            d.error(pos, format!("step '{}' needs itself", first.name))
+                .help(format!("remove '{}' from its own needs", first.name));
+            continue;
+        }
         let chain = names.join(" -> ");
         d.error(pos, format!("dependency cycle: {chain}"))
             .help("a step cannot wait for itself; remove one of these needs");

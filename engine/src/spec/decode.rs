@@ -33,6 +33,34 @@ impl Cx<'_> {
                 s.text
             ));
         }
+        if let Value::Scalar(s) = &node.value
+            && !s.plain
+        {
+            if what == "true or false" && matches!(s.text.as_str(), "true" | "false" | "yes" | "no")
+            {
+                d.help("write true or false, without quotes");
+            } else if (what.starts_with("a number") || what.ends_with("integer"))
+                && s.text.parse::<f64>().is_ok()
+            {
+                d.help(format!("write {}, without quotes", s.text));
+            }
+        }
+        if let Value::Scalar(s) = &node.value
+            && what.starts_with("a list")
+            && !matches!(s.typed(), Typed::Null)
+            && (s.text.contains(',') || !s.text.contains(' '))
+        {
+            let items: Vec<&str> = s
+                .text
+                .split(',')
+                .map(str::trim)
+                .filter(|i| !i.is_empty())
+                .collect();
+            d.help(format!(
+                "write a YAML list: {field}: [{}]",
+                items.join(", ")
+            ));
+        }
     }
 
     /// The entries of a mapping, after reporting any key not in `allowed`.
@@ -56,7 +84,17 @@ impl Cx<'_> {
                 let d = self
                     .d
                     .error(e.key_pos, format!("unknown field '{}'{where_}", e.key));
-                d.suggest(&e.key, allowed.iter().copied());
+                // Suggest only fields not already set: `namespace` is not a typo of a `name`
+                // that is right there.
+                let unset = allowed
+                    .iter()
+                    .copied()
+                    .filter(|a| !entries.iter().any(|x| x.key == *a));
+                d.suggest(&e.key, unset);
+                if let Some(hint) = moved_field(&e.key, field) {
+                    d.help.clear();
+                    d.help(hint);
+                }
                 if d.help.is_empty() {
                     d.help(format!("expected one of: {}", allowed.join(", ")));
                 }
@@ -252,6 +290,28 @@ impl Diagnostics {
     }
 }
 
+/// Help for fields that are real, but in another place (`labels` at the top level) or named
+/// otherwise in sluice (Kubernetes' `namespace`).
+fn moved_field(key: &str, field: &str) -> Option<String> {
+    const SPEC: &[&str] = &[
+        "params",
+        "defaults",
+        "parallelism",
+        "failFast",
+        "timeout",
+        "onExit",
+        "steps",
+    ];
+    match (field, key) {
+        ("", "name" | "team" | "labels") => Some(format!("'{key}' belongs under metadata:")),
+        ("", k) if SPEC.contains(&k) => Some(format!("'{key}' belongs under spec:")),
+        ("metadata", "namespace") => {
+            Some("sluice names a document's tenant with metadata.team".to_owned())
+        }
+        _ => None,
+    }
+}
+
 /// The byte offset of the first unescaped `{{`.
 pub fn find_template(s: &str) -> Option<usize> {
     let mut from = 0;
@@ -266,24 +326,66 @@ pub fn find_template(s: &str) -> Option<usize> {
     None
 }
 
-/// Whether `name` follows the naming rule of documents and steps.
-pub fn name_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        return Some("is empty");
+/// What is wrong with `name` under the naming rule of documents, steps, teams and priority
+/// classes (lowercase letters, digits and '-', starting with a letter, at most 63), or
+/// `None` when it follows it.
+pub fn name_problem(name: &str) -> Option<String> {
+    let Some(first) = name.chars().next() else {
+        return Some("it is empty".into());
+    };
+    let mut problems: Vec<String> = Vec::new();
+    if !first.is_ascii_alphabetic() {
+        problems.push(format!("it starts with {first:?}"));
     }
-    if name.len() > 63 {
-        return Some("is longer than 63 characters");
+    if name.chars().any(|c| c.is_ascii_uppercase()) {
+        problems.push("it has uppercase letters".into());
     }
-    if !name.as_bytes()[0].is_ascii_lowercase() {
-        return Some("must start with a lowercase letter");
+    let mut others: Vec<char> = name
+        .chars()
+        .filter(|c| !(c.is_ascii_alphanumeric() || *c == '-') && *c != first)
+        .collect();
+    if !first.is_ascii_alphanumeric() && first != '-' && name[first.len_utf8()..].contains(first) {
+        others.push(first);
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Some("may hold only lowercase letters, digits and '-'");
+    others.sort_unstable();
+    others.dedup();
+    if !others.is_empty() {
+        let shown: Vec<String> = others.iter().map(|c| format!("{c:?}")).collect();
+        problems.push(format!("it has {}", shown.join(", ")));
     }
-    None
+    let len = name.chars().count();
+    if len > 63 {
+        problems.push(format!("it has {len} characters"));
+    }
+    match problems.len() {
+        0 => None,
+        1 => problems.pop(),
+        _ => {
+            let last = problems.pop().unwrap_or_default();
+            Some(format!("{} and {last}", problems.join(", ")))
+        }
+    }
+}
+
+impl Cx<'_> {
+    /// Reports `value` at `node` if it breaks the naming rule; true when it is valid.
+    pub fn check_name(&mut self, node: &Node, what: &str, value: &str) -> bool {
+        let Some(problem) = name_problem(value) else {
+            return true;
+        };
+        let d = self.d.error(
+            node.pos,
+            format!("{what} '{value}' is not a valid name: {problem}"),
+        );
+        let fixed = fix_name(value);
+        let rule = "names use lowercase letters, digits and '-', start with a letter and have at most 63 characters";
+        if fixed.is_empty() {
+            d.help(rule);
+        } else {
+            d.help(format!("{rule}: try '{fixed}'"));
+        }
+        false
+    }
 }
 
 /// A suggested valid name for an invalid one (`Train_Model` -> `train-model`).

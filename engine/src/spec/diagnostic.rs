@@ -36,6 +36,12 @@ pub struct Pos {
     pub column: u32,
 }
 
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
 impl Pos {
     pub const START: Pos = Pos { line: 1, column: 1 };
 

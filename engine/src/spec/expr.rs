@@ -234,13 +234,19 @@ impl ParserState {
                     }
                 }
             }
+            _ if offset >= self.len => {
+                // Point at what was left dangling, not at the end of the string.
+                let last = self.at.checked_sub(1).and_then(|i| self.toks.get(i));
+                let (at, what) = last.map_or((0, String::new()), |(o, t)| (*o, describe(t)));
+                Err(Error {
+                    offset: at,
+                    message: format!("the condition ends after {what} where a value was expected"),
+                    help: Some(format!("add a value after {what}, or remove it")),
+                })
+            }
             _ => Err(Error {
                 offset,
-                message: if offset >= self.len {
-                    "the condition ends where a value was expected".into()
-                } else {
-                    "expected a value (a number, a string or a template) here".into()
-                },
+                message: "expected a value (a number, a string or a template) here".into(),
                 help: None,
             }),
         }
@@ -249,6 +255,29 @@ impl ParserState {
 
 /// What parsing a condition gives: the expression, or its syntax error, plus any template
 /// errors found in its operands (reported with the template's own messages).
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::LParen => "'('".into(),
+        Tok::RParen => "')'".into(),
+        Tok::Not => "'!'".into(),
+        Tok::And => "'&&'".into(),
+        Tok::Or => "'||'".into(),
+        Tok::Op(op) => format!(
+            "'{}'",
+            match op {
+                Op::Eq => "==",
+                Op::Ne => "!=",
+                Op::Lt => "<",
+                Op::Le => "<=",
+                Op::Gt => ">",
+                Op::Ge => ">=",
+            }
+        ),
+        Tok::Quoted(s) => format!("{s:?}"),
+        Tok::Word(w) => format!("'{w}'"),
+    }
+}
+
 pub struct Parsed {
     pub expr: Result<Expr, Error>,
     pub template_errors: Vec<template::Error>,
@@ -284,10 +313,18 @@ pub fn parse(text: &str) -> Parsed {
     };
     let expr = p.expr().and_then(|e| {
         if p.at < p.toks.len() {
+            let operand = |t: Option<&(usize, Tok)>| {
+                matches!(t, Some((_, Tok::Word(_) | Tok::Quoted(_) | Tok::RParen)))
+            };
+            let two_values = operand(p.toks.get(p.at - 1)) && operand(p.toks.get(p.at));
             Err(Error {
                 offset: p.offset(),
                 message: "unexpected text after the end of the condition".into(),
-                help: Some("join conditions with '&&' or '||'".into()),
+                help: Some(if two_values {
+                    "compare the two values with ==, !=, <, <=, > or >=".into()
+                } else {
+                    "join conditions with '&&' or '||'".into()
+                }),
             })
         } else {
             Ok(e)
@@ -401,7 +438,11 @@ mod tests {
         let e = parse("(a == b").expr.expect_err("bad");
         assert_eq!(e.message, "'(' is never closed");
         let e = parse("a >=").expr.expect_err("bad");
-        assert_eq!(e.message, "the condition ends where a value was expected");
+        assert_eq!(
+            e.message,
+            "the condition ends after '>=' where a value was expected"
+        );
+        assert_eq!(e.offset, 2);
         let e = parse("a b").expr.expect_err("bad");
         assert_eq!(e.offset, 2);
         let p = parse("{{param.x}} > 1");

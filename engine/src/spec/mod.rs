@@ -31,6 +31,8 @@ const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
 #[derive(Debug)]
 pub struct Loaded {
     pub source: Source,
+    /// YAML documents in the file, whether or not they decoded.
+    pub yaml_documents: usize,
     pub documents: Vec<Document>,
     pub diagnostics: Diagnostics,
 }
@@ -48,6 +50,7 @@ pub fn load(path: &str, text: String) -> Loaded {
     );
     let mut documents = Vec::new();
     let real: Vec<&Node> = nodes.iter().filter(|n| !n.is_null()).collect();
+    let yaml_documents = real.len();
     if real.is_empty() && !diagnostics.has_errors() {
         diagnostics
             .error(Pos::START, "the file holds no YAML document")
@@ -64,6 +67,7 @@ pub fn load(path: &str, text: String) -> Loaded {
     }
     Loaded {
         source,
+        yaml_documents,
         documents,
         diagnostics,
     }
@@ -76,6 +80,9 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
             "the document",
             "a mapping with apiVersion, kind, metadata and spec",
         );
+        cx.d.push_help_last(format!(
+            "a sluice file starts with apiVersion: {API_VERSION} and kind: Pipeline"
+        ));
         return None;
     }
     let api = node.get("apiVersion");
@@ -194,14 +201,7 @@ fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
                 let Some(value) = cx.string(&e.value, &field) else {
                     continue;
                 };
-                if let Some(problem) = decode::name_problem(&value) {
-                    let d =
-                        cx.d.error(e.value.pos, format!("{field} '{value}' {problem}"));
-                    let fixed = decode::fix_name(&value);
-                    if !fixed.is_empty() {
-                        d.help(format!("try '{fixed}'"));
-                    }
-                }
+                cx.check_name(&e.value, &field, &value);
                 if e.key == "name" {
                     named = true;
                     meta.name = value;

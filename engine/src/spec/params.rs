@@ -9,15 +9,18 @@ use super::yaml::{Node, Typed};
 
 const PARAM_FIELDS: &[&str] = &["type", "default", "values", "description"];
 
-pub fn decode(cx: &mut Cx<'_>, node: &Node) -> Vec<Param> {
+/// The valid parameters, and the names of all declared ones (a parameter whose declaration
+/// has an error is still declared: templates using it are not errors of their own).
+pub fn decode(cx: &mut Cx<'_>, node: &Node) -> (Vec<Param>, Vec<String>) {
     let Some(entries) = node.as_map() else {
         cx.expected(
             node,
             "params",
             "a mapping of parameter names to {type, default}",
         );
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
+    let declared = entries.iter().map(|e| e.key.clone()).collect();
     let mut out = Vec::with_capacity(entries.len());
     for e in entries {
         let name = &e.key;
@@ -100,7 +103,7 @@ pub fn decode(cx: &mut Cx<'_>, node: &Node) -> Vec<Param> {
         }
         out.push(param);
     }
-    out
+    (out, declared)
 }
 
 fn list_values(values: &[ParamValue]) -> String {

@@ -120,12 +120,20 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
     let mut defaults = Settings::default();
     let mut steps_node = None;
     let mut on_exit = Vec::new();
+    let mut declared_params = Vec::new();
     for e in entries {
         let v = &e.value;
         match e.key.as_str() {
-            "params" => pipeline.params = params::decode(cx, v),
+            "params" => (pipeline.params, declared_params) = params::decode(cx, v),
             "defaults" => defaults = decode_defaults(cx, v),
-            "parallelism" => pipeline.parallelism = cx.u32(v, "parallelism", 1),
+            "parallelism" => {
+                pipeline.parallelism = cx.u32(v, "parallelism", 1);
+                if pipeline.parallelism.is_none()
+                    && v.as_scalar().is_some_and(|s| s.typed() == Typed::Int(0))
+                {
+                    cx.d.push_help_last("leave parallelism out for no limit".into());
+                }
+            }
             "failFast" => pipeline.fail_fast = cx.bool(v, "failFast").unwrap_or(true),
             "timeout" => pipeline.timeout = cx.duration(v, "timeout"),
             "onExit" => {
@@ -144,12 +152,17 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
     };
     let Some(items) = steps_node.as_seq() else {
         cx.expected(steps_node, "steps", "a list of steps");
+        if steps_node.as_map().is_some() {
+            cx.d.push_help_last(
+                "write each step as a list item, starting with '- name: prep'".into(),
+            );
+        }
         return pipeline;
     };
     if items.is_empty() {
         cx.d.error(steps_node.pos, "a pipeline needs at least one step");
     }
-    let mut first_at: HashMap<String, u32> = HashMap::with_capacity(items.len());
+    let mut first_at: HashMap<String, Pos> = HashMap::with_capacity(items.len());
     pipeline.steps.reserve_exact(items.len());
     for item in items {
         let Some(step) = decode_step(cx, item, &defaults) else {
@@ -158,12 +171,12 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
         if let Some(line) = first_at.get(&step.name) {
             cx.d.error(step.pos, format!("duplicate step name '{}'", step.name))
                 .help(format!(
-                    "a step named '{}' is first defined on line {line}",
+                    "a step named '{}' is first defined at {line}",
                     step.name
                 ));
             continue;
         }
-        first_at.insert(step.name.clone(), step.pos.line);
+        first_at.insert(step.name.clone(), step.pos);
         pipeline.steps.push(step);
     }
     let index: HashMap<String, usize> = pipeline
@@ -173,15 +186,20 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
         .map(|(i, s)| (s.name.clone(), i))
         .collect();
     let mut seen = HashMap::new();
+    let mut known = Known {
+        params: declared_params,
+        on_exit_complete: true,
+    };
     for (name, pos) in on_exit {
-        if let Some(line) = seen.insert(name.clone(), pos.line) {
+        if let Some(line) = seen.insert(name.clone(), pos) {
             cx.d.error(pos, format!("duplicate '{name}' in onExit"))
-                .help(format!("'{name}' is first listed on line {line}"));
+                .help(format!("'{name}' is first listed at {line}"));
             continue;
         }
         match index.get(&name) {
             Some(&i) => pipeline.steps[i].on_exit = true,
             None => {
+                known.on_exit_complete = false;
                 cx.d.error(
                     pos,
                     format!("onExit names '{name}', which is not a step of this pipeline"),
@@ -190,8 +208,16 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
             }
         }
     }
-    check_references(cx, &pipeline, &index);
+    check_references(cx, &pipeline, &index, &known);
     pipeline
+}
+
+/// What reference checks must know beyond the model, to avoid reporting one mistake twice.
+struct Known {
+    /// Every declared parameter name, valid or not.
+    params: Vec<String>,
+    /// Every name in `onExit` was a step (else `{{run.state}}` errors would follow from it).
+    on_exit_complete: bool,
 }
 
 fn decode_defaults(cx: &mut Cx<'_>, node: &Node) -> Settings {
@@ -229,10 +255,8 @@ fn read_shared(cx: &mut Cx<'_>, s: &mut Settings, key: &str, v: &Node, prefix: &
         "cache" => s.cache = read_cache(cx, v, &f("cache")),
         "priority" => {
             s.priority = cx.plain_string(v, &f("priority"));
-            if let Some(p) = &s.priority
-                && let Some(problem) = decode::name_problem(p)
-            {
-                cx.d.error(v.pos, format!("priority '{p}' {problem}"));
+            if let Some(p) = &s.priority {
+                cx.check_name(v, "priority", p);
             }
         }
         "interruptible" => s.interruptible = cx.bool(v, &f("interruptible")),
@@ -268,7 +292,8 @@ fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
             cx.d.error(
                 e.key_pos,
                 format!("'{}' is set by sluice and cannot be overridden", e.key),
-            );
+            )
+            .help("sluice sets the SLUICE_* variables for every step; choose another name");
             continue;
         }
         let field = format!("{field}.{}", e.key);
@@ -398,6 +423,11 @@ fn read_checkpoint(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Dura
             Typed::Bool(true) => Some(Some(DEFAULT_CHECKPOINT_EVERY)),
             _ => {
                 cx.expected(v, field, "{every: DURATION} or false");
+                if let Typed::Str(t) = sc.typed()
+                    && units::parse_duration(t).is_ok()
+                {
+                    cx.d.push_help_last(format!("write {field}: {{every: {t}}}"));
+                }
                 None
             }
         },
@@ -408,7 +438,8 @@ fn read_checkpoint(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Dura
                 if e.key == "every" {
                     every = cx.duration(&e.value, &format!("{field}.every"))?;
                     if every.is_zero() {
-                        cx.d.error(e.value.pos, format!("{field}.every must be longer than 0s"));
+                        cx.d.error(e.value.pos, format!("{field}.every must be longer than 0s"))
+                            .help(format!("write {field}: false to turn checkpointing off"));
                         return None;
                     }
                 }
@@ -482,13 +513,7 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
         }
         Some(n) => {
             let name = cx.string(n, "name")?;
-            if let Some(problem) = decode::name_problem(&name) {
-                let d = cx.d.error(n.pos, format!("step name '{name}' {problem}"));
-                let fixed = decode::fix_name(&name);
-                if !fixed.is_empty() {
-                    d.help(format!("try '{fixed}'"));
-                }
-            }
+            cx.check_name(n, "step name", &name);
             name
         }
     };
@@ -516,21 +541,21 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
                 action = read_sweep(cx, v, &name).or(action);
             }
             "needs" => {
-                let mut seen: HashMap<String, u32> = HashMap::new();
+                let mut seen: HashMap<String, Pos> = HashMap::new();
                 for (need, pos) in cx
                     .string_list(v, "needs", "a list of step names")
                     .unwrap_or_default()
                 {
-                    if let Some(line) = seen.insert(need.clone(), pos.line) {
+                    if let Some(line) = seen.insert(need.clone(), pos) {
                         cx.d.error(pos, format!("duplicate '{need}' in needs"))
-                            .help(format!("'{need}' is first listed on line {line}"));
+                            .help(format!("'{need}' is first listed at {line}"));
                         continue;
                     }
                     needs.push(Need { step: need, pos });
                 }
             }
             "outputs" => {
-                let mut seen: HashMap<String, u32> = HashMap::new();
+                let mut seen: HashMap<String, Pos> = HashMap::new();
                 for (out, pos) in cx
                     .string_list(v, "outputs", "a list of artifact names")
                     .unwrap_or_default()
@@ -540,15 +565,16 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
                             .help("use letters, digits, '_', '-' and '.', starting with a letter or digit");
                         continue;
                     }
-                    if let Some(line) = seen.insert(out.clone(), pos.line) {
+                    if let Some(line) = seen.insert(out.clone(), pos) {
                         cx.d.error(pos, format!("duplicate output '{out}'"))
-                            .help(format!("'{out}' is first listed on line {line}"));
+                            .help(format!("'{out}' is first listed at {line}"));
                         continue;
                     }
                     outputs.push(out);
                 }
             }
-            "forEach" => for_each = read_for_each(cx, v),
+            // A broken forEach still makes a fan-out step: `{{item}}` in it is not a second error.
+            "forEach" => for_each = read_for_each(cx, v).or(Some(ForEach::Items(Vec::new()))),
             "when" => when = read_when(cx, v),
             key => {
                 if !read_shared(cx, &mut own, key, v, "") {
@@ -620,7 +646,8 @@ fn read_command(cx: &mut Cx<'_>, v: &Node) -> Option<Vec<Template>> {
         return None;
     };
     if items.is_empty() {
-        cx.d.error(v.pos, "command: the argument list is empty");
+        cx.d.error(v.pos, "command: the argument list is empty")
+            .help("give at least the program: command: [python3, train.py]");
         return None;
     }
     let mut out = Vec::with_capacity(items.len());
@@ -696,6 +723,9 @@ fn read_when(cx: &mut Cx<'_>, v: &Node) -> Option<When> {
                 "when",
                 "a condition such as \"{{steps.train.metrics.accuracy}} >= 0.9\"",
             );
+            if v.as_seq().is_some() {
+                cx.d.push_help_last("write one condition; join several with '&&'".into());
+            }
             return None;
         }
     };
@@ -757,7 +787,7 @@ fn set_ref_positions(cx: &mut Cx<'_>, v: &Node, text: &str, expr: &mut Expr) {
 
 /// Checks that every name a step uses exists: needed steps, parameters, outputs, sweep
 /// parameters, `{{item}}` fields. Whether a referenced step is upstream is the DAG's check.
-fn check_references(cx: &mut Cx<'_>, p: &Pipeline, index: &HashMap<String, usize>) {
+fn check_references(cx: &mut Cx<'_>, p: &Pipeline, index: &HashMap<String, usize>, known: &Known) {
     let step_names = || p.steps.iter().map(|s| s.name.as_str());
     for step in &p.steps {
         for need in &step.needs {
@@ -780,7 +810,7 @@ fn check_references(cx: &mut Cx<'_>, p: &Pipeline, index: &HashMap<String, usize
             }
         }
         for r in step.refs() {
-            check_ref(cx, p, index, step, r);
+            check_ref(cx, p, index, known, step, r);
         }
     }
 }
@@ -789,13 +819,16 @@ fn check_ref(
     cx: &mut Cx<'_>,
     p: &Pipeline,
     index: &HashMap<String, usize>,
+    known: &Known,
     step: &Step,
     r: &RefAt,
 ) {
     let raw = &r.raw;
     match &r.reference {
         Ref::Param(name) => {
-            if p.param(name).is_none() {
+            if p.param(name).is_none() && known.params.contains(name) {
+                // Declared with an error, reported at the declaration.
+            } else if p.param(name).is_none() {
                 let d = cx.d.error(
                     r.pos,
                     format!("{raw}: the pipeline has no parameter '{name}'"),
@@ -826,7 +859,8 @@ fn check_ref(
                 cx.d.error(
                     r.pos,
                     format!("{raw} is only available in a step with forEach"),
-                );
+                )
+                .help("add forEach: a list of items, to run this step once per item");
             }
             Some(ForEach::Items(items)) if !path.is_empty() => {
                 let field = &path[0];
@@ -837,13 +871,19 @@ fn check_ref(
                 {
                     cx.d.error(
                         r.pos,
-                        format!("{raw}: forEach item {i} has no field '{field}'"),
-                    );
+                        format!(
+                            "{raw}: the forEach item of '{}[{i}]' has no field '{field}'",
+                            step.name
+                        ),
+                    )
+                    .help(format!(
+                        "give every item a '{field}', or use {{{{item}}}} for the whole item"
+                    ));
                 }
             }
             Some(_) => {}
         },
-        Ref::RunState if !step.on_exit => {
+        Ref::RunState if !step.on_exit && known.on_exit_complete => {
             cx.d.error(r.pos, format!("{raw} is only known in onExit steps"))
                 .help("list this step in spec.onExit to run it after everything else");
         }
@@ -860,7 +900,8 @@ fn check_ref(
                 cx.d.error(
                     r.pos,
                     format!("{raw}: a step cannot read its own outputs or metrics"),
-                );
+                )
+                .help("to carry work over between attempts, use $SLUICE_CHECKPOINT_DIR");
                 return;
             }
             match &r.reference {

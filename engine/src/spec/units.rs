@@ -5,7 +5,51 @@ use std::time::Duration;
 /// Parses a duration made of number-unit pairs, largest unit first: `1h30m`, `1.5s`, `500ms`.
 /// Units: `ms`, `s`, `m`, `h`, `d`. A bare number is refused: `30` could mean anything.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    parse_duration_exact(text).map_err(|why| match suggest_duration(text) {
+        Some(s) => format!("{why}: write '{s}'"),
+        None => why,
+    })
+}
+
+/// A valid spelling of what was meant: `10 seconds` is `10s`, `1 hour 30 min` is `1h30m`.
+fn suggest_duration(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| -> Option<()> {
+        if word.is_empty() {
+            return Some(());
+        }
+        let unit = match word.to_lowercase().as_str() {
+            "ms" | "msec" | "millis" | "millisecond" | "milliseconds" => "ms",
+            "s" | "sec" | "secs" | "second" | "seconds" => "s",
+            "m" | "min" | "mins" | "minute" | "minutes" => "m",
+            "h" | "hr" | "hrs" | "hour" | "hours" => "h",
+            "d" | "day" | "days" => "d",
+            _ => return None,
+        };
+        out.push_str(unit);
+        word.clear();
+        Some(())
+    };
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() || c == '.' {
+            flush(&mut word, &mut out)?;
+            out.push(c);
+        } else if c.is_alphabetic() {
+            word.push(c);
+        } else if !c.is_whitespace() {
+            return None;
+        }
+    }
+    flush(&mut word, &mut out)?;
+    (out != text && parse_duration_exact(&out).is_ok()).then_some(out)
+}
+
+fn parse_duration_exact(text: &str) -> Result<Duration, String> {
     let t = text.trim();
+    if t.contains(char::is_whitespace) {
+        return Err(format!("'{t}' has spaces"));
+    }
     if t.is_empty() {
         return Err("empty duration".into());
     }
@@ -140,6 +184,14 @@ mod tests {
         assert!(parse_duration("1m1m").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("h").is_err());
+        assert_eq!(
+            parse_duration("10 seconds"),
+            Err("'10 seconds' has spaces: write '10s'".into())
+        );
+        assert_eq!(
+            parse_duration("1hour30min"),
+            Err("unknown unit 'hour' in '1hour30min': write '1h30m'".into())
+        );
     }
 
     #[test]

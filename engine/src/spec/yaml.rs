@@ -210,7 +210,9 @@ impl Node {
     /// A short description of what the node holds, for "found ..." in type errors.
     pub fn describe(&self) -> String {
         match &self.value {
+            Value::Map(m) if m.is_empty() => "an empty mapping".to_owned(),
             Value::Map(_) => "a mapping".to_owned(),
+            Value::Seq(s) if s.is_empty() => "an empty list".to_owned(),
             Value::Seq(_) => "a list".to_owned(),
             Value::Scalar(s) => match s.typed() {
                 Typed::Null => "nothing".to_owned(),
@@ -277,7 +279,7 @@ pub fn parse(source: &Source, diags: &mut Diagnostics) -> Vec<Node> {
                 let pos = Pos::new(to_u32(m.line().max(1)), to_u32(m.col() + 1));
                 diags
                     .error(pos, format!("invalid YAML: {}", e.info()))
-                    .help("check the indentation and quoting on this line and the one before it");
+                    .help("check the indentation and quoting here, and for an unclosed '[', '{' or quote above");
                 break;
             }
         }
@@ -453,10 +455,10 @@ impl Loader {
                         }
                     };
                     if let Some(first) = entries.iter().find(|e| e.key == key && e.key != "<<") {
-                        let line = first.key_pos.line;
+                        let line = first.key_pos;
                         diags
                             .error(key_pos, format!("duplicate key '{key}'"))
-                            .help(format!("'{key}' is first set on line {line}; remove one"));
+                            .help(format!("'{key}' is first set at {line}; remove one"));
                     } else {
                         entries.push(Entry {
                             key,
@@ -575,7 +577,7 @@ mod tests {
         assert_eq!(
             errs,
             vec![
-                "t.yaml:3:1: error: duplicate key 'a'\n  help: 'a' is first set on line 1; remove one"
+                "t.yaml:3:1: error: duplicate key 'a'\n  help: 'a' is first set at 1:1; remove one"
             ]
         );
     }
