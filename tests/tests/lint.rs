@@ -29,7 +29,15 @@ fn bad_inputs_print_exactly_their_expected_errors() {
             .file_name()
             .and_then(|n| n.to_str())
             .expect("utf-8 name");
-        let out = run_in(&dir, &["lint", name]);
+        // A `# lint-args: ...` line adds arguments (a `--cluster` file, `-p` values).
+        let text = std::fs::read_to_string(file).expect("readable");
+        let extra: Vec<&str> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# lint-args:"))
+            .map(|a| a.split_whitespace().collect())
+            .unwrap_or_default();
+        let args: Vec<&str> = ["lint"].into_iter().chain(extra).chain([name]).collect();
+        let out = run_in(&dir, &args);
         let expected_path = file.with_extension("stderr");
         if bless {
             std::fs::write(&expected_path, &out.stderr).expect("write expected");
@@ -97,7 +105,11 @@ fn examples_lint_clean() {
         }
     }
     let examples = yaml_files(&root().join("examples/pipelines"));
-    assert!(examples.len() >= 7, "examples/pipelines has {} files", examples.len());
+    assert!(
+        examples.len() >= 7,
+        "examples/pipelines has {} files",
+        examples.len()
+    );
     let args: Vec<String> = std::iter::once("lint".to_owned())
         .chain(paths.iter().map(|p| p.display().to_string()))
         .collect();
@@ -342,10 +354,10 @@ fn cluster_capacity_refuses_steps_no_pool_can_hold() {
     let out = run_in(tmp.path(), &["lint", "--cluster", "cluster.yaml", "p.yaml"]);
     assert_eq!(out.code, Some(2));
     let expected = "\
-p.yaml:10:7: error: step 'too-many': 3 worker(s) x 4 GPU do not fit in any pool
-  help: the largest fit is pool 'a100' (2 node(s) x 4 GPU), which holds 2 such worker(s)
-p.yaml:13:7: error: step 'too-big': 1 worker(s) x 8 GPU do not fit in any pool
-  help: the largest fit is pool 'a100' (2 node(s) x 4 GPU), which holds 0 such worker(s)
+p.yaml:10:7: error: step 'too-many': 3 workers of 4 GPU, 1 CPU do not fit in any pool
+  help: the closest is pool 'a100', 2 nodes of 4 GPU, 32 CPU, 256Gi memory, which holds 2 such workers
+p.yaml:13:7: error: step 'too-big': 1 worker of 8 GPU, 1 CPU does not fit in any pool
+  help: the closest is pool 'a100', 2 nodes of 4 GPU, 32 CPU, 256Gi memory, which holds 0 such workers
 p.yaml:16:7: error: step 'flavor': no pool offers flavor 'a10'
   help: did you mean 'a100'?
 p.yaml:19:7: error: step 'prio': the cluster has no priority class 'hihg'

@@ -185,16 +185,26 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
         match best {
             Some((n, _)) if n >= u64::from(r.workers) => {}
             Some((n, pool)) => {
-                let want = if r.gpu > 0 {
-                    format!("{} worker(s) x {} GPU", r.workers, r.gpu)
-                } else {
-                    format!("{} worker(s)", r.workers)
+                let (workers, verb) = match r.workers {
+                    1 => ("1 worker".to_owned(), "does"),
+                    w => (format!("{w} workers"), "do"),
                 };
-                cx.d.error(step.pos, format!("step '{}': {want} do not fit in any pool", step.name))
-                    .help(format!(
-                        "the largest fit is pool '{}' ({} node(s) x {} GPU), which holds {n} such worker(s)",
-                        pool.name, pool.nodes, pool.gpu
-                    ));
+                cx.d.error(
+                    step.pos,
+                    format!(
+                        "step '{}': {workers} of {} {verb} not fit in any pool",
+                        step.name,
+                        amounts(r.gpu, Some(r.millicpu), r.memory)
+                    ),
+                )
+                .help(format!(
+                    "the closest is pool '{}', {} node{} of {}, which holds {n} such worker{}",
+                    pool.name,
+                    pool.nodes,
+                    if pool.nodes == 1 { "" } else { "s" },
+                    amounts(pool.gpu, pool.millicpu, pool.memory),
+                    if n == 1 { "" } else { "s" },
+                ));
             }
             None => {
                 cx.d.error(
@@ -203,5 +213,33 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
                 );
             }
         }
+    }
+}
+
+/// `4 GPU, 1 CPU, 512Gi memory`: what a worker asks or a node has.
+fn amounts(gpu: u32, millicpu: Option<u64>, memory: Option<u64>) -> String {
+    let mut parts = Vec::new();
+    if gpu > 0 {
+        parts.push(format!("{gpu} GPU"));
+    }
+    if let Some(m) = millicpu {
+        if m % 1000 == 0 {
+            parts.push(format!("{} CPU", m / 1000));
+        } else {
+            parts.push(format!("{m}m CPU"));
+        }
+    }
+    if let Some(bytes) = memory.filter(|b| *b > 0) {
+        let gib = bytes as f64 / f64::from(1u32 << 30);
+        if gib >= 1.0 {
+            parts.push(format!("{}Gi memory", (gib * 10.0).round() / 10.0));
+        } else {
+            parts.push(format!("{}Mi memory", bytes >> 20));
+        }
+    }
+    if parts.is_empty() {
+        "nothing".to_owned()
+    } else {
+        parts.join(", ")
     }
 }
