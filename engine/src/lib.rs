@@ -7,4 +7,7 @@
 
 pub mod cli;
 pub mod dag;
+pub mod run;
 pub mod spec;
+pub mod store;
+pub mod time;

@@ -38,21 +38,39 @@ impl From<Outcome> for ExitCode {
 /// Errors a command can end with, each with its exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Bad input or usage (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// The environment failed: store, files, processes (exit 3).
     #[error("{context}: {source}")]
     Io {
         context: String,
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+    #[error(transparent)]
+    Driver(#[from] crate::run::driver::Error),
 }
 
 impl Error {
     pub fn outcome(&self) -> Outcome {
+        use crate::run::driver::Error as D;
+        use crate::store::Error as S;
         match self {
-            Error::Usage(_) => Outcome::Invalid,
-            Error::Io { .. } => Outcome::Unavailable,
+            Error::Usage(_)
+            | Error::Store(S::NotFound(_))
+            | Error::Driver(D::Store(S::NotFound(_))) => Outcome::Invalid,
+            Error::Driver(D::Invalid(_)) => Outcome::Invalid,
+            Error::Io { .. } | Error::Store(_) | Error::Driver(_) => Outcome::Unavailable,
+        }
+    }
+
+    pub fn output(source: std::io::Error) -> Self {
+        Error::Io {
+            context: "cannot write the output".into(),
+            source,
         }
     }
 }

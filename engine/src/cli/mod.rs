@@ -2,8 +2,14 @@
 
 mod exit;
 mod lint;
+mod logs;
 pub mod output;
+mod progress;
+mod run;
+mod status;
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +24,10 @@ pub struct Cli {
     /// Output format: human text, or one JSON document on standard output.
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub output: Format,
+
+    /// Where state and objects live (default ./.sluice).
+    #[arg(long, global = true, env = "SLUICE_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
 
     /// More log detail (repeat for more); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -46,6 +56,24 @@ pub enum Command {
     /// *.yaml and *.yml files (hidden folders are skipped). Exits 0 when there is no
     /// error, 2 otherwise.
     Lint(lint::Args),
+    /// Run a pipeline to its end, showing progress.
+    ///
+    /// Ctrl-C cancels the run (steps get SIGTERM, then the grace period) and exits 130; a
+    /// second Ctrl-C exits at once and leaves running steps to `sluice resume`. Exits 0 when
+    /// the run succeeds, 1 when it fails or is cancelled from elsewhere.
+    Run(run::RunArgs),
+    /// List runs, newest first.
+    Runs(status::RunsArgs),
+    /// A run's steps with their state, attempts, durations, reasons and metrics.
+    Status(status::StatusArgs),
+    /// A step's output (every step's latest attempt without STEP); live with -f.
+    Logs(logs::Args),
+    /// Continue a run whose engine died, reattaching to steps still running.
+    Resume(run::RunRef),
+    /// Rerun what failed or was cancelled in an ended run, reusing what succeeded.
+    Retry(run::RunRef),
+    /// Stop a run and its running steps.
+    Cancel(run::RunRef),
 }
 
 /// Runs the command line and returns the exit code.
@@ -65,6 +93,39 @@ pub fn main() -> ExitCode {
     init_logs(cli.verbose, cli.log_format);
     let result = match &cli.command {
         Command::Lint(args) => lint::run(args, cli.output),
+        command => {
+            let home = cli.home.clone().unwrap_or_else(|| PathBuf::from(".sluice"));
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Err(e) => Err(Error::Io {
+                    context: "cannot start the async runtime".into(),
+                    source: e,
+                }),
+                Ok(rt) => rt.block_on(async {
+                    match command {
+                        Command::Run(a) => run::run(&home, a, cli.output).await,
+                        Command::Resume(a) => run::resume(&home, a, cli.output).await,
+                        Command::Retry(a) => run::retry(&home, a, cli.output).await,
+                        Command::Cancel(a) => run::cancel(&home, a, cli.output).await,
+                        Command::Status(a) => {
+                            let store = crate::store::Store::open(&home).await?;
+                            status::status(&store, a, cli.output).await
+                        }
+                        Command::Runs(a) => {
+                            let store = crate::store::Store::open(&home).await?;
+                            status::runs(&store, a, cli.output).await
+                        }
+                        Command::Logs(a) => {
+                            let store = crate::store::Store::open(&home).await?;
+                            logs::run(&store, a).await
+                        }
+                        Command::Lint(_) => Ok(Outcome::Success),
+                    }
+                }),
+            }
+        }
     };
     match result {
         Ok(outcome) => outcome.into(),
@@ -86,6 +147,7 @@ fn init_logs(verbose: u8, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -1,0 +1,90 @@
+//! The live view of a run: a progress bar on a terminal, plain timestamped lines elsewhere
+//! (CI logs stay readable). Always on standard error.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::run::driver::Watcher;
+use crate::run::state::step as st;
+use crate::store::StepRow;
+
+pub enum Progress {
+    Bar(ProgressBar),
+    Lines,
+    Quiet,
+}
+
+impl Progress {
+    pub fn new(quiet: bool) -> Self {
+        if quiet {
+            return Progress::Quiet;
+        }
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            Progress::Bar(bar)
+        } else {
+            Progress::Lines
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Progress::Bar(b) = self {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn clock() -> String {
+    let t = crate::time::now_rfc3339();
+    t.get(11..23).unwrap_or("").to_owned()
+}
+
+impl Watcher for Progress {
+    fn step(&mut self, row: &StepRow, total: usize, done: usize) {
+        match self {
+            Progress::Bar(b) => {
+                b.set_length(total as u64);
+                if done > 0 {
+                    b.set_position(done as u64);
+                } else if st::is_terminal(&row.state) {
+                    b.inc(1);
+                }
+                b.set_message(format!("{} {}", row.name, row.state));
+                if matches!(row.state.as_str(), st::FAILED) {
+                    b.println(format!(
+                        "{} failed: {}",
+                        row.name,
+                        row.reason.as_deref().unwrap_or("")
+                    ));
+                }
+            }
+            Progress::Lines => {
+                let mut line = format!("{} {} {}", clock(), row.name, row.state);
+                if row.state == st::RUNNING {
+                    line.push_str(&format!(" (attempt {})", row.attempts));
+                }
+                if let Some(r) = &row.reason {
+                    line.push_str(&format!(": {r}"));
+                }
+                eprintln!("{line}");
+            }
+            Progress::Quiet => {}
+        }
+    }
+
+    fn note(&mut self, text: &str) {
+        match self {
+            Progress::Bar(b) => b.println(text),
+            Progress::Lines => eprintln!("{} {text}", clock()),
+            Progress::Quiet => {}
+        }
+    }
+}

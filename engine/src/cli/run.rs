@@ -1,0 +1,335 @@
+//! `sluice run`, `resume`, `retry` and `cancel`: starting and driving runs.
+
+use std::path::{Path, PathBuf};
+
+use tokio::sync::mpsc;
+
+use super::exit::{Error, Outcome};
+use super::output::{self, Format};
+use super::progress::Progress;
+use super::status;
+use crate::dag;
+use crate::run::state::{run as rs, step as st};
+use crate::run::{self, Driver, Ending};
+use crate::spec::model::{Action, Document};
+use crate::spec::{self, Diagnostic, params};
+use crate::store::Store;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The pipeline file.
+    pub file: PathBuf,
+    /// Set a parameter (repeatable), checked against its declared type.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// Which document to run, when the file holds several.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Start the run in the background and print its id.
+    #[arg(long)]
+    pub detach: bool,
+    /// A Cluster file (its scheduling arrives with the scheduler; accepted and checked now).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunRef {
+    /// A run id, or an unambiguous prefix of one.
+    pub run: String,
+    /// No progress on standard error (used by engines started with --detach).
+    #[arg(long, hide = true)]
+    pub quiet: bool,
+}
+
+fn usage_with(diags: Vec<Diagnostic>) -> Outcome {
+    output::diagnostics(&diags);
+    Outcome::Invalid
+}
+
+pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome, Error> {
+    let shown = args.file.display().to_string();
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| Error::Usage(format!("cannot read {shown}: {e}")))?;
+    let loaded = spec::load(&shown, text.clone());
+    if loaded.diagnostics.has_errors() {
+        let d = loaded.diagnostics.into_sorted();
+        return Ok(usage_with(
+            d.into_iter()
+                .filter(|d| d.severity == spec::Severity::Error)
+                .collect(),
+        ));
+    }
+    let candidates: Vec<&Document> = loaded
+        .documents
+        .iter()
+        .filter(|d| args.name.as_ref().is_none_or(|n| &d.metadata().name == n))
+        .collect();
+    let doc = match candidates.as_slice() {
+        [one] => *one,
+        [] => {
+            let names: Vec<&str> = loaded
+                .documents
+                .iter()
+                .map(|d| d.metadata().name.as_str())
+                .collect();
+            return Err(Error::Usage(format!(
+                "{shown} has no document named '{}'; it has {}",
+                args.name.as_deref().unwrap_or(""),
+                names.join(", ")
+            )));
+        }
+        many => {
+            let names: Vec<&str> = many.iter().map(|d| d.metadata().name.as_str()).collect();
+            return Err(Error::Usage(format!(
+                "{shown} holds several documents ({}); say which with --name",
+                names.join(", ")
+            )));
+        }
+    };
+    let pipeline = match doc {
+        Document::Pipeline(p) => p,
+        Document::Pending(p) => {
+            let what = match p.kind.as_str() {
+                "Sweep" | "Experiment" => "sweeps are not available in this version of sluice",
+                "Cluster" => "a Cluster file configures the engine: pass it with --cluster",
+                "Schedule" => {
+                    "schedules run under `sluice server`, which is not available in this version"
+                }
+                _ => "simulation (`sluice simulate`) is not available in this version",
+            };
+            return Err(Error::Usage(format!(
+                "{shown}: kind {} cannot be run: {what}",
+                p.kind
+            )));
+        }
+    };
+    if let Some(s) = pipeline
+        .steps
+        .iter()
+        .find(|s| matches!(s.action, Action::Sweep { .. }))
+    {
+        return Err(Error::Usage(format!(
+            "{shown}: step '{}' is a sweep, and sweeps are not available in this version of sluice",
+            s.name
+        )));
+    }
+    let mut d = spec::Diagnostics::new(shown.clone());
+    let Some(graph) = dag::graph::build(pipeline, &mut d) else {
+        return Ok(usage_with(d.into_sorted()));
+    };
+    if d.has_errors() {
+        return Ok(usage_with(d.into_sorted()));
+    }
+    let values = match params::resolve(pipeline, &args.params, true) {
+        Ok(v) => v,
+        Err(errors) => return Ok(usage_with(errors)),
+    };
+    let workdir = std::fs::canonicalize(&args.file)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let store = Store::open(home).await?;
+    let document = (loaded.documents.len() > 1).then(|| pipeline.metadata.name.clone());
+    let id = run::submit(
+        &store,
+        pipeline,
+        &graph,
+        values,
+        &text,
+        &workdir.display().to_string(),
+        document,
+    )
+    .await?;
+    if args.detach {
+        start_detached(home, &id)?;
+        match format {
+            Format::Json => output::json(&serde_json::json!({ "id": id })),
+            Format::Text => output::text(|out| writeln!(out, "{id}")),
+        }
+        .map_err(Error::output)?;
+        return Ok(Outcome::Success);
+    }
+    if format == Format::Text {
+        eprintln!("run {id} started ({} {})", pipeline.metadata.name, shown);
+    }
+    drive(&store, &id, format, false).await
+}
+
+/// Starts `sluice resume RUN` in the background, in its own process group.
+fn start_detached(home: &Path, id: &str) -> Result<(), Error> {
+    let exe = std::env::current_exe().map_err(|e| Error::Io {
+        context: "cannot find this program".into(),
+        source: e,
+    })?;
+    let logs = home.join("engines");
+    std::fs::create_dir_all(&logs).map_err(|e| Error::Io {
+        context: format!("cannot create {}", logs.display()),
+        source: e,
+    })?;
+    let log = std::fs::File::create(logs.join(format!("{id}.log"))).map_err(|e| Error::Io {
+        context: "cannot create the engine's log".into(),
+        source: e,
+    })?;
+    let err = log.try_clone().map_err(|e| Error::Io {
+        context: "cannot create the engine's log".into(),
+        source: e,
+    })?;
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new(exe)
+        .arg("--home")
+        .arg(home)
+        .arg("resume")
+        .arg(id)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Error::Io {
+            context: "cannot start the background engine".into(),
+            source: e,
+        })?;
+    Ok(())
+}
+
+/// Drives a run in the foreground until it ends; prints its status; maps it to an exit code.
+async fn drive(store: &Store, id: &str, format: Format, quiet: bool) -> Result<Outcome, Error> {
+    let driver = match Driver::open(store.clone(), id).await? {
+        Ok(d) => d,
+        Err(Ending::Ended(state)) => {
+            if !quiet {
+                eprintln!("run {id} already ended: {state}");
+            }
+            return finish(store, id, format, &state, false).await;
+        }
+        Err(Ending::Busy(holder)) => {
+            return Err(Error::Usage(format!(
+                "run {id} is being driven by the engine {holder}; wait for it, or cancel the run"
+            )));
+        }
+        Err(Ending::Detached) => return Ok(Outcome::Interrupted),
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut progress = Progress::new(quiet || format == Format::Json);
+    let ending = driver.drive(&mut progress, Some(rx)).await;
+    progress.finish();
+    match ending? {
+        Ending::Ended(state) => finish(store, id, format, &state, true).await,
+        Ending::Detached => Ok(Outcome::Interrupted),
+        Ending::Busy(holder) => Err(Error::Usage(format!(
+            "run {id} was taken over by the engine {holder}"
+        ))),
+    }
+}
+
+async fn finish(
+    store: &Store,
+    id: &str,
+    format: Format,
+    state: &str,
+    interrupted_ok: bool,
+) -> Result<Outcome, Error> {
+    let v = status::view(store, id).await?;
+    match format {
+        Format::Json => output::json(&v),
+        Format::Text => output::text(|out| status::write_view(out, &v)),
+    }
+    .map_err(Error::output)?;
+    let cancelled_here = interrupted_ok
+        && state == rs::CANCELLED
+        && INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(match state {
+        rs::SUCCEEDED => Outcome::Success,
+        _ if cancelled_here => Outcome::Interrupted,
+        _ => Outcome::Unsuccessful,
+    })
+}
+
+/// Set when this process saw a Ctrl-C (exit 130 rather than 1 for a cancelled run).
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub async fn resume(home: &Path, args: &RunRef, format: Format) -> Result<Outcome, Error> {
+    let store = Store::open(home).await?;
+    let id = store.resolve(&args.run).await?;
+    drive(&store, &id, format, args.quiet).await
+}
+
+/// `sluice retry RUN`: failed and cancelled steps go back to Pending with a fresh retry
+/// budget (their attempt numbers keep counting); the run is Running again under its id.
+pub async fn retry(home: &Path, args: &RunRef, format: Format) -> Result<Outcome, Error> {
+    let store = Store::open(home).await?;
+    let id = store.resolve(&args.run).await?;
+    let run = store.run(&id).await?;
+    if run.state == rs::RUNNING {
+        return Err(Error::Usage(format!(
+            "run {id} is still running; retry it once it has ended"
+        )));
+    }
+    if run.state == rs::SUCCEEDED {
+        eprintln!("run {id} succeeded: nothing to retry");
+        return Ok(Outcome::Success);
+    }
+    let mut steps = store.steps(&id).await?;
+    let mut again = Vec::new();
+    for s in &mut steps {
+        if s.state == st::FAILED
+            || s.state == st::CANCELLED
+            || (s.state == st::SKIPPED && s.name.ends_with("[*]"))
+        {
+            s.state = st::PENDING.into();
+            s.reason = None;
+            s.retries_used = 0;
+            s.not_before = None;
+            s.ended_at = None;
+            again.push(s.clone());
+        }
+    }
+    // onExit steps run again too: the run will end again.
+    let pipeline = run::driver::pipeline_of(&run)?;
+    for s in &mut steps {
+        let on_exit = pipeline.step(&s.step).is_some_and(|p| p.on_exit);
+        if on_exit && st::is_terminal(&s.state) && !again.iter().any(|a| a.name == s.name) {
+            s.state = st::PENDING.into();
+            s.reason = None;
+            s.ended_at = None;
+            again.push(s.clone());
+        }
+    }
+    store.reopen(&id, &again).await?;
+    if format == Format::Text {
+        eprintln!("run {id}: retrying {} step(s)", again.len());
+    }
+    drive(&store, &id, format, false).await
+}
+
+/// `sluice cancel RUN`: asks the engine driving it to stop; with no engine alive, drives the
+/// cancellation itself.
+pub async fn cancel(home: &Path, args: &RunRef, format: Format) -> Result<Outcome, Error> {
+    let store = Store::open(home).await?;
+    let id = store.resolve(&args.run).await?;
+    let run = store.run(&id).await?;
+    if run.state != rs::RUNNING {
+        eprintln!("run {id} already ended: {}", run.state);
+        return Ok(Outcome::Success);
+    }
+    store.request_cancel(&id).await?;
+    // If no engine holds the run, this process carries the cancellation out.
+    match Driver::open(store.clone(), &id).await? {
+        Ok(driver) => {
+            let mut progress = Progress::new(format == Format::Json);
+            driver.drive(&mut progress, None).await?;
+            progress.finish();
+        }
+        Err(_) => eprintln!("run {id}: cancel requested; its engine stops it within a second"),
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,222 @@
+//! `sluice status RUN` and `sluice runs`: the stable JSON shapes of the CLI contract, and
+//! their text tables.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::exit::{Error, Outcome};
+use super::output::{self, Format};
+use crate::store::{RunRow, Store};
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// A run id, or an unambiguous prefix of one.
+    pub run: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunsArgs {
+    /// Only runs of this team.
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Only runs in this state (Running, Succeeded, Failed, Cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// At most this many runs, newest first.
+    #[arg(long, default_value_t = 20)]
+    pub limit: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub state: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StepView {
+    pub name: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub metrics: BTreeMap<String, f64>,
+    pub attempts: Vec<AttemptView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AttemptView {
+    pub number: i64,
+    pub state: String,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn summary(run: &RunRow) -> RunView {
+    RunView {
+        id: run.id.clone(),
+        name: run.name.clone(),
+        team: run.team.clone(),
+        state: run.state.clone(),
+        started_at: run.created_at.clone(),
+        ended_at: run.ended_at.clone(),
+        reason: run.reason.clone(),
+        steps: None,
+    }
+}
+
+/// A run with its steps and attempts, as `status --output json` prints it.
+pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Error> {
+    let run = store.run(id).await?;
+    let steps = store.steps(id).await?;
+    let attempts = store.attempts(id).await?;
+    let mut by_step: BTreeMap<&str, Vec<AttemptView>> = BTreeMap::new();
+    for a in &attempts {
+        by_step
+            .entry(a.step.as_str())
+            .or_default()
+            .push(AttemptView {
+                number: a.number,
+                state: a.state.clone(),
+                exit_code: a.exit_code,
+                signal: a.signal,
+                started_at: a.started_at.clone(),
+                ended_at: a.ended_at.clone(),
+                reason: a.reason.clone(),
+            });
+    }
+    let mut v = summary(&run);
+    v.steps = Some(
+        steps
+            .iter()
+            .map(|s| StepView {
+                name: s.name.clone(),
+                state: s.state.clone(),
+                reason: s.reason.clone(),
+                metrics: s
+                    .metrics
+                    .as_deref()
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or_default(),
+                attempts: by_step.remove(s.name.as_str()).unwrap_or_default(),
+            })
+            .collect(),
+    );
+    Ok(v)
+}
+
+fn duration(a: &AttemptView) -> String {
+    let start = crate::time::parse_rfc3339(&a.started_at);
+    let end = a
+        .ended_at
+        .as_deref()
+        .and_then(crate::time::parse_rfc3339)
+        .or_else(|| Some(crate::time::now_ms()));
+    match (start, end) {
+        (Some(s), Some(e)) => {
+            let ms = (e - s).max(0);
+            if ms < 10_000 {
+                format!("{:.1}s", ms as f64 / 1000.0)
+            } else {
+                crate::spec::units::format_duration(std::time::Duration::from_secs(
+                    (ms / 1000) as u64,
+                ))
+            }
+        }
+        _ => "-".into(),
+    }
+}
+
+/// Prints a run's steps as a table.
+pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "run {} ({}, team {}): {}",
+        v.id, v.name, v.team, v.state
+    )?;
+    if let Some(reason) = &v.reason {
+        writeln!(out, "  {reason}")?;
+    }
+    let Some(steps) = &v.steps else {
+        return Ok(());
+    };
+    let width = steps.iter().map(|s| s.name.len()).max().unwrap_or(4).max(4);
+    writeln!(
+        out,
+        "{:width$}  {:9}  {:>8}  {:>8}  REASON / METRICS",
+        "STEP", "STATE", "ATTEMPTS", "TIME"
+    )?;
+    for s in steps {
+        let time = s.attempts.last().map_or_else(|| "-".to_owned(), duration);
+        let mut detail = s.reason.clone().unwrap_or_default();
+        if !s.metrics.is_empty() {
+            let m: Vec<String> = s.metrics.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if !detail.is_empty() {
+                detail.push_str("  ");
+            }
+            detail.push_str(&m.join(" "));
+        }
+        writeln!(
+            out,
+            "{:width$}  {:9}  {:>8}  {:>8}  {detail}",
+            s.name,
+            s.state,
+            s.attempts.len(),
+            time
+        )?;
+    }
+    Ok(())
+}
+
+pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<Outcome, Error> {
+    let id = store.resolve(&args.run).await?;
+    let v = view(store, &id).await?;
+    match format {
+        Format::Json => output::json(&v),
+        Format::Text => output::text(|out| write_view(out, &v)),
+    }
+    .map_err(Error::output)?;
+    Ok(Outcome::Success)
+}
+
+pub async fn runs(store: &Store, args: &RunsArgs, format: Format) -> Result<Outcome, Error> {
+    let runs = store
+        .runs(args.team.as_deref(), args.state.as_deref(), args.limit)
+        .await?;
+    let views: Vec<RunView> = runs.iter().map(summary).collect();
+    match format {
+        Format::Json => output::json(&views),
+        Format::Text => output::text(|out| {
+            if views.is_empty() {
+                return writeln!(out, "no runs yet");
+            }
+            writeln!(
+                out,
+                "{:12}  {:24}  {:12}  {:9}  STARTED",
+                "ID", "NAME", "TEAM", "STATE"
+            )?;
+            for v in &views {
+                writeln!(
+                    out,
+                    "{:12}  {:24}  {:12}  {:9}  {}",
+                    v.id, v.name, v.team, v.state, v.started_at
+                )?;
+            }
+            Ok(())
+        }),
+    }
+    .map_err(Error::output)?;
+    Ok(Outcome::Success)
+}

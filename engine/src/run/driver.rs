@@ -1,0 +1,1309 @@
+//! The driver: one engine moving one run's steps through their states.
+//!
+//! Each pass reads what changed (attempts that ended, time that passed, a cancel asked for by
+//! another process), decides the next states, commits them, and only then acts (starts
+//! runtimes, signals them). Attempts run under `sluice-runtime` in their own process groups,
+//! so they outlive the engine; a driver started on a run whose engine died (`sluice resume`)
+//! reattaches to attempts still running and collects those that ended while it was away.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sluice_runtime::contract::{self, End, Launch};
+use tokio::sync::mpsc;
+
+use super::launch::{self, Scope, Stop};
+use super::state::{attempt as at, run as rs, step as st};
+use crate::spec::model::{Document, ForEach, ParamType, ParamValue, Pipeline, RetryOn, Step};
+use crate::store::{self, AttemptRow, Change, Event, RunRow, StepRow, Store};
+use crate::time::{now_ms, now_rfc3339};
+
+/// How long a lease lasts without renewal; renewed every third of it.
+const LEASE_MS: i64 = 15_000;
+/// How often attempts this engine did not start (reattached) are checked for their end.
+const REATTACHED_POLL: Duration = Duration::from_millis(200);
+/// How often the store is asked whether another process cancelled the run.
+const CANCEL_POLL: Duration = Duration::from_millis(300);
+/// How often a step waiting for CPU or memory held by other runs tries again.
+const CAPACITY_POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}
+
+/// How driving a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The run reached this state (`Succeeded`, `Failed`, `Cancelled`).
+    Ended(String),
+    /// A second Ctrl-C: the engine stops and leaves running steps to `sluice resume`.
+    Detached,
+    /// Another engine holds the run's lease (named).
+    Busy(String),
+}
+
+/// What the driver tells whoever watches it (the progress view).
+pub trait Watcher {
+    fn step(&mut self, row: &StepRow, total: usize, done: usize);
+    fn note(&mut self, text: &str);
+}
+
+/// A watcher that says nothing (`--detach`ed engines, tests).
+pub struct Silent;
+
+impl Watcher for Silent {
+    fn step(&mut self, _: &StepRow, _: usize, _: usize) {}
+    fn note(&mut self, _: &str) {}
+}
+
+struct Live {
+    attempt: AttemptRow,
+    /// Started by this engine: its end arrives on the channel; else polled through its lock.
+    child: Option<u32>,
+}
+
+struct Exited {
+    step: String,
+    number: i64,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    total: usize,
+    terminal: usize,
+    satisfied: usize,
+}
+
+pub struct Driver {
+    store: Store,
+    home: PathBuf,
+    run: RunRow,
+    pipeline: Pipeline,
+    step_index: HashMap<String, usize>,
+    params: BTreeMap<String, ParamValue>,
+    rows: Vec<StepRow>,
+    by_name: HashMap<String, usize>,
+    counts: HashMap<String, Counts>,
+    /// Row indices of steps needing each step (by step name), to wake them when it ends.
+    dependents: HashMap<String, Vec<usize>>,
+    dirty: VecDeque<usize>,
+    queued: BTreeSet<usize>,
+    live: HashMap<String, Live>,
+    tx: mpsc::UnboundedSender<Exited>,
+    rx: mpsc::UnboundedReceiver<Exited>,
+    owner: String,
+    capacity: (i64, i64),
+    grace_ms: u64,
+    cancelling: bool,
+    failed_fast: bool,
+    timed_out: bool,
+    deadline: Option<i64>,
+    on_exit_started: bool,
+    /// Rows changed outside `advance` (attempt ends), still to show to the watcher.
+    reports: Vec<usize>,
+}
+
+/// The lease holder's name for this process: `PID@HOST`.
+pub fn owner_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{}@{host}", std::process::id())
+}
+
+/// CPU (millicores) and memory (bytes) of this machine: the local pool.
+pub fn machine_capacity() -> (i64, i64) {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as i64;
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map_or(i64::MAX / 4, |kb| kb * 1024);
+    (cores * 1000, mem)
+}
+
+/// The pipeline a run was submitted with, read again from the text it stored.
+pub fn pipeline_of(run: &RunRow) -> Result<Pipeline, Error> {
+    let loaded = crate::spec::load(&run.file, run.source.clone());
+    if loaded.diagnostics.has_errors() {
+        return Err(Error::Invalid(format!(
+            "run {} holds a pipeline this version cannot read: {}",
+            run.id,
+            loaded
+                .diagnostics
+                .into_sorted()
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        )));
+    }
+    loaded
+        .documents
+        .into_iter()
+        .filter_map(|d| match d {
+            Document::Pipeline(p) => Some(*p),
+            Document::Pending(_) => None,
+        })
+        .find(|p| run.document.as_ref().is_none_or(|n| &p.metadata.name == n))
+        .ok_or_else(|| Error::Invalid(format!("run {} holds no pipeline", run.id)))
+}
+
+fn params_of(run: &RunRow, p: &Pipeline) -> BTreeMap<String, ParamValue> {
+    let json: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&run.params).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for (name, v) in json {
+        let ty = p.param(&name).map(|p| p.ty);
+        let value = match (ty, v) {
+            (Some(ParamType::Int), serde_json::Value::Number(n)) if n.is_i64() => {
+                ParamValue::Int(n.as_i64().unwrap_or_default())
+            }
+            (_, serde_json::Value::Number(n)) => ParamValue::Float(n.as_f64().unwrap_or_default()),
+            (_, serde_json::Value::Bool(b)) => ParamValue::Bool(b),
+            (_, serde_json::Value::Array(a)) => ParamValue::List(a),
+            (_, serde_json::Value::String(s)) => ParamValue::String(s),
+            (_, other) => ParamValue::String(other.to_string()),
+        };
+        out.insert(name, value);
+    }
+    out
+}
+
+impl Driver {
+    /// Loads a run to drive it. Takes the run's lease unless a live engine holds it.
+    pub async fn open(store: Store, run_id: &str) -> Result<Result<Driver, Ending>, Error> {
+        let run = store.run(run_id).await?;
+        if run.state != rs::RUNNING {
+            return Ok(Err(Ending::Ended(run.state)));
+        }
+        let owner = owner_name();
+        let now = now_ms();
+        let mut lease = store
+            .take_lease(run_id, &owner, now, now + LEASE_MS, false)
+            .await?;
+        if let Err(holder) = &lease
+            && !holder_alive(holder)
+        {
+            lease = store
+                .take_lease(run_id, &owner, now, now + LEASE_MS, true)
+                .await?;
+        }
+        if let Err(holder) = lease {
+            return Ok(Err(Ending::Busy(holder)));
+        }
+        let pipeline = pipeline_of(&run)?;
+        let params = params_of(&run, &pipeline);
+        let rows = store.steps(run_id).await?;
+        let attempts = store.attempts(run_id).await?;
+        let home = store.home.clone();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let deadline = pipeline.timeout.and_then(|t| {
+            crate::time::parse_rfc3339(&run.created_at).map(|c| c + t.as_millis() as i64)
+        });
+        let step_index = pipeline
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        let mut d = Driver {
+            store,
+            home,
+            run,
+            pipeline,
+            step_index,
+            params,
+            rows: Vec::new(),
+            by_name: HashMap::new(),
+            counts: HashMap::new(),
+            dependents: HashMap::new(),
+            dirty: VecDeque::new(),
+            queued: BTreeSet::new(),
+            live: HashMap::new(),
+            tx,
+            rx,
+            owner,
+            capacity: machine_capacity(),
+            grace_ms: 30_000,
+            cancelling: false,
+            failed_fast: false,
+            timed_out: false,
+            deadline,
+            on_exit_started: false,
+            reports: Vec::new(),
+        };
+        d.cancelling = d.store.cancel_requested(run_id).await?;
+        for row in rows {
+            d.add_row(row);
+        }
+        d.failed_fast = d.pipeline.fail_fast
+            && d.rows
+                .iter()
+                .any(|r| r.state == st::FAILED && !d.is_on_exit(r));
+        d.on_exit_started = d
+            .rows
+            .iter()
+            .any(|r| d.is_on_exit(r) && r.state != st::PENDING);
+        d.reattach(attempts).await?;
+        Ok(Ok(d))
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run.id
+    }
+
+    pub fn rows(&self) -> &[StepRow] {
+        &self.rows
+    }
+
+    fn step_of(&self, row: &StepRow) -> &Step {
+        &self.pipeline.steps[self.step_index[&row.step]]
+    }
+
+    fn is_on_exit(&self, row: &StepRow) -> bool {
+        self.step_index
+            .get(&row.step)
+            .is_some_and(|&i| self.pipeline.steps[i].on_exit)
+    }
+
+    fn add_row(&mut self, row: StepRow) {
+        let idx = self.rows.len();
+        let c = self.counts.entry(row.step.clone()).or_default();
+        c.total += 1;
+        if st::is_terminal(&row.state) {
+            c.terminal += 1;
+        }
+        if st::satisfies(&row.state) {
+            c.satisfied += 1;
+        }
+        if let Some(&si) = self.step_index.get(&row.step) {
+            for need in &self.pipeline.steps[si].needs {
+                self.dependents
+                    .entry(need.step.clone())
+                    .or_default()
+                    .push(idx);
+            }
+        }
+        match row.state.as_str() {
+            st::PENDING => self.dirty.push_back(idx),
+            st::QUEUED => {
+                self.queued.insert(idx);
+            }
+            _ => {}
+        }
+        self.by_name.insert(row.name.clone(), idx);
+        self.rows.push(row);
+    }
+
+    /// Moves row `idx` to `state`, keeping counts and queues; wakes dependents when its step
+    /// is done. The caller commits the row.
+    fn set_state(&mut self, idx: usize, state: &str, reason: Option<String>) {
+        let old = std::mem::replace(&mut self.rows[idx].state, state.to_owned());
+        self.rows[idx].reason = reason;
+        let step = self.rows[idx].step.clone();
+        let c = self.counts.entry(step.clone()).or_default();
+        if st::is_terminal(&old) {
+            c.terminal -= 1;
+        }
+        if st::satisfies(&old) {
+            c.satisfied -= 1;
+        }
+        if st::is_terminal(state) {
+            c.terminal += 1;
+        }
+        if st::satisfies(state) {
+            c.satisfied += 1;
+        }
+        let done = c.terminal == c.total;
+        if old == st::QUEUED {
+            self.queued.remove(&idx);
+        }
+        match state {
+            st::QUEUED => {
+                self.queued.insert(idx);
+            }
+            st::PENDING => self.dirty.push_back(idx),
+            _ => {}
+        }
+        if st::is_terminal(state) {
+            self.rows[idx].ended_at = Some(now_rfc3339());
+        }
+        if done && let Some(deps) = self.dependents.get(&step) {
+            self.dirty.extend(deps.iter().copied());
+        }
+    }
+
+    /// After a restart: attempts still running are watched again; those that ended while no
+    /// engine was there are collected.
+    async fn reattach(&mut self, attempts: Vec<AttemptRow>) -> Result<(), Error> {
+        for a in attempts.into_iter().filter(|a| a.state == at::RUNNING) {
+            let dir = PathBuf::from(&a.dir);
+            match probe(&dir)
+                .map_err(io(format!("cannot check attempt folder {}", dir.display())))?
+            {
+                Probe::Alive => {
+                    self.live.insert(
+                        a.step.clone(),
+                        Live {
+                            attempt: a,
+                            child: None,
+                        },
+                    );
+                }
+                Probe::Ended(result) => {
+                    self.live.insert(
+                        a.step.clone(),
+                        Live {
+                            attempt: a.clone(),
+                            child: None,
+                        },
+                    );
+                    self.finish_attempt(&a.step, Some(*result)).await?;
+                }
+                Probe::Vanished(reason) => {
+                    self.live.insert(
+                        a.step.clone(),
+                        Live {
+                            attempt: a.clone(),
+                            child: None,
+                        },
+                    );
+                    self.lose_attempt(&a.step, reason).await?;
+                }
+            }
+        }
+        // A step Running with no attempt running (cannot happen, but never strand one).
+        let stranded: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| {
+                self.rows[i].state == st::RUNNING && !self.live.contains_key(&self.rows[i].name)
+            })
+            .collect();
+        for i in stranded {
+            self.set_state(i, st::QUEUED, None);
+            let row = self.rows[i].clone();
+            self.store
+                .commit(
+                    &self.run.id,
+                    Change {
+                        steps: vec![&row],
+                        ..Change::default()
+                    },
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Drives the run to its end. `interrupts` delivers Ctrl-C presses.
+    pub async fn drive(
+        mut self,
+        watcher: &mut dyn Watcher,
+        mut interrupts: Option<mpsc::UnboundedReceiver<()>>,
+    ) -> Result<Ending, Error> {
+        let mut last_cancel_check = std::time::Instant::now();
+        let mut last_lease = std::time::Instant::now();
+        let mut presses = 0;
+        loop {
+            self.advance(watcher).await?;
+            if let Some(state) = self.finished() {
+                self.end(&state, watcher).await?;
+                return Ok(Ending::Ended(state));
+            }
+            let mut wait = Duration::from_secs(1);
+            if self.live.values().any(|l| l.child.is_none()) {
+                wait = wait.min(REATTACHED_POLL);
+            }
+            if let Some(nb) = self.next_not_before() {
+                wait = wait.min(Duration::from_millis(
+                    nb.saturating_sub(now_ms()).max(0) as u64
+                ));
+            }
+            if !self.queued.is_empty() && self.ready_queued() {
+                wait = wait.min(CAPACITY_POLL);
+            }
+            if let Some(d) = self.deadline {
+                wait = wait.min(Duration::from_millis(
+                    d.saturating_sub(now_ms()).max(0) as u64
+                ));
+            }
+            wait = wait.min(CANCEL_POLL);
+            let interrupt = async {
+                match interrupts.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(exit) = self.rx.recv() => {
+                    if self.live.get(&exit.step).is_some_and(|l| l.attempt.number == exit.number) {
+                        let result = read_result(Path::new(&self.live[&exit.step].attempt.dir));
+                        self.finish_attempt(&exit.step, result).await?;
+                    }
+                }
+                Some(()) = interrupt => {
+                    presses += 1;
+                    if presses >= 2 {
+                        self.store.release_lease(&self.run.id, &self.owner).await?;
+                        watcher.note("second interrupt: leaving running steps to `sluice resume`");
+                        return Ok(Ending::Detached);
+                    }
+                    watcher.note("cancelling: steps get SIGTERM (Ctrl-C again to leave them running)");
+                    self.store.request_cancel(&self.run.id).await?;
+                    self.cancel().await?;
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+            self.poll_reattached().await?;
+            if last_cancel_check.elapsed() >= CANCEL_POLL {
+                last_cancel_check = std::time::Instant::now();
+                if !self.cancelling && self.store.cancel_requested(&self.run.id).await? {
+                    watcher.note("the run was cancelled");
+                    self.cancel().await?;
+                }
+                if let Some(d) = self.deadline
+                    && now_ms() >= d
+                    && !self.cancelling
+                {
+                    watcher.note("the run timed out");
+                    self.timed_out = true;
+                    self.cancel().await?;
+                }
+            }
+            if last_lease.elapsed() >= Duration::from_millis((LEASE_MS / 3) as u64) {
+                last_lease = std::time::Instant::now();
+                let now = now_ms();
+                if let Err(holder) = self
+                    .store
+                    .take_lease(&self.run.id, &self.owner, now, now + LEASE_MS, false)
+                    .await?
+                {
+                    return Ok(Ending::Busy(holder));
+                }
+            }
+        }
+    }
+
+    fn next_not_before(&self) -> Option<i64> {
+        self.queued
+            .iter()
+            .filter_map(|&i| self.rows[i].not_before)
+            .min()
+    }
+
+    fn ready_queued(&self) -> bool {
+        let now = now_ms();
+        self.queued
+            .iter()
+            .any(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
+    }
+
+    /// Whether every step has ended and nothing runs: the run's final state.
+    fn finished(&self) -> Option<String> {
+        if !self.live.is_empty() || self.rows.iter().any(|r| !st::is_terminal(&r.state)) {
+            return None;
+        }
+        Some(self.final_state())
+    }
+
+    fn final_state(&self) -> String {
+        if self.timed_out {
+            return rs::FAILED.into();
+        }
+        if self.cancelling {
+            return rs::CANCELLED.into();
+        }
+        let failed = self
+            .rows
+            .iter()
+            .any(|r| r.state == st::FAILED || (r.state == st::CANCELLED && !self.is_on_exit(r)));
+        if failed {
+            rs::FAILED.into()
+        } else {
+            rs::SUCCEEDED.into()
+        }
+    }
+
+    async fn end(&mut self, state: &str, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        let reason = if self.timed_out {
+            Some("the run timed out".to_owned())
+        } else {
+            self.rows
+                .iter()
+                .find(|r| r.state == st::FAILED)
+                .map(|r| format!("step '{}' failed", r.name))
+        };
+        let reason = if state == rs::SUCCEEDED { None } else { reason };
+        self.store
+            .commit(
+                &self.run.id,
+                Change {
+                    run_end: Some((state.to_owned(), reason)),
+                    events: vec![Event {
+                        step: None,
+                        kind: "ended".into(),
+                        detail: Some(state.to_owned()),
+                    }],
+                    ..Change::default()
+                },
+            )
+            .await?;
+        self.store.release_lease(&self.run.id, &self.owner).await?;
+        watcher.note(&format!("run {} {state}", self.run.id));
+        Ok(())
+    }
+
+    /// Stops the run: nothing new starts; running attempts get SIGTERM (the runtime passes
+    /// it on, waits the grace period, then kills); onExit steps still run.
+    async fn cancel(&mut self) -> Result<(), Error> {
+        if self.cancelling && self.live.is_empty() {
+            return Ok(());
+        }
+        self.cancelling = true;
+        for live in self.live.values() {
+            terminate(live);
+        }
+        Ok(())
+    }
+
+    /// Decides what every step whose needs changed does next, commits, then starts what can.
+    async fn advance(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        for idx in std::mem::take(&mut self.reports) {
+            let done = self
+                .rows
+                .iter()
+                .filter(|r| st::is_terminal(&r.state))
+                .count();
+            watcher.step(&self.rows[idx], self.rows.len(), done);
+        }
+        let mut changed: Vec<usize> = Vec::new();
+        let mut new_rows: Vec<StepRow> = Vec::new();
+        let main_done = self.main_done();
+        if main_done && !self.on_exit_started {
+            self.on_exit_started = true;
+            for i in 0..self.rows.len() {
+                if self.is_on_exit(&self.rows[i]) && self.rows[i].state == st::PENDING {
+                    self.dirty.push_back(i);
+                }
+            }
+        }
+        while let Some(idx) = self.dirty.pop_front() {
+            if self.rows[idx].state != st::PENDING {
+                continue;
+            }
+            let step = self.step_of(&self.rows[idx]).clone();
+            if step.on_exit && !main_done {
+                continue;
+            }
+            if !step.on_exit {
+                if let Some(reason) = self.blocked(&step) {
+                    match reason {
+                        Blocked::Waiting => continue,
+                        Blocked::Cancel(why) => {
+                            self.set_state(idx, st::CANCELLED, Some(why));
+                            changed.push(idx);
+                            continue;
+                        }
+                    }
+                }
+                if self.cancelling || self.failed_fast {
+                    let why = if self.cancelling {
+                        "the run was cancelled"
+                    } else {
+                        "not started: a step failed (failFast)"
+                    };
+                    self.set_state(idx, st::CANCELLED, Some(why.into()));
+                    changed.push(idx);
+                    continue;
+                }
+            }
+            // A fan-out over an upstream output: now that it exists, make the children.
+            if self.rows[idx].name.ends_with("[*]") {
+                match self.expand(&step) {
+                    Ok(children) => {
+                        let n = children.len();
+                        self.set_state(
+                            idx,
+                            st::SUCCEEDED,
+                            Some(format!("fanned out into {n} step(s)")),
+                        );
+                        for c in children {
+                            new_rows.push(c.clone());
+                            self.add_row(c);
+                        }
+                    }
+                    Err(why) => self.set_state(idx, st::FAILED, Some(why)),
+                }
+                changed.push(idx);
+                continue;
+            }
+            if let Some(when) = &step.when {
+                let scope = self.scope();
+                let row = &self.rows[idx];
+                let mut sink = Vec::new();
+                let dir = PathBuf::new();
+                let verdict = when
+                    .expr
+                    .eval(&mut |r| scope.resolve(row, r, &mut sink, &dir));
+                match verdict {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let why = format!("condition is false: {}", when.text);
+                        self.set_state(idx, st::SKIPPED, Some(why));
+                        changed.push(idx);
+                        continue;
+                    }
+                    Err(Stop::Skip(why)) => {
+                        self.set_state(idx, st::SKIPPED, Some(why));
+                        changed.push(idx);
+                        continue;
+                    }
+                    Err(Stop::Fail(why)) => {
+                        self.fail_permanently(idx, why);
+                        changed.push(idx);
+                        continue;
+                    }
+                }
+            }
+            self.set_state(idx, st::QUEUED, None);
+            changed.push(idx);
+        }
+        if !changed.is_empty() || !new_rows.is_empty() {
+            let rows: Vec<StepRow> = changed.iter().map(|&i| self.rows[i].clone()).collect();
+            self.store
+                .commit(
+                    &self.run.id,
+                    Change {
+                        steps: rows.iter().collect(),
+                        new_steps: new_rows.iter().collect(),
+                        ..Change::default()
+                    },
+                )
+                .await?;
+            let total = self.rows.len();
+            let done = self
+                .rows
+                .iter()
+                .filter(|r| st::is_terminal(&r.state))
+                .count();
+            for r in &rows {
+                watcher.step(r, total, done);
+            }
+        }
+        self.start_queued(watcher).await
+    }
+
+    fn main_done(&self) -> bool {
+        self.rows
+            .iter()
+            .all(|r| self.is_on_exit(r) || st::is_terminal(&r.state))
+            && self.live.keys().all(|n| {
+                self.by_name
+                    .get(n)
+                    .is_some_and(|&i| self.is_on_exit(&self.rows[i]))
+            })
+    }
+
+    fn blocked(&self, step: &Step) -> Option<Blocked> {
+        for need in &step.needs {
+            let c = self.counts.get(&need.step).copied().unwrap_or_default();
+            if c.terminal < c.total {
+                return Some(Blocked::Waiting);
+            }
+        }
+        for need in &step.needs {
+            let c = self.counts.get(&need.step).copied().unwrap_or_default();
+            if c.satisfied < c.total {
+                return Some(Blocked::Cancel(format!("upstream '{}' failed", need.step)));
+            }
+        }
+        None
+    }
+
+    fn scope(&self) -> Scope<'_> {
+        Scope {
+            run: &self.run,
+            params: &self.params,
+            rows: &self.rows,
+            by_name: &self.by_name,
+            run_state: self.run_state_so_far(),
+        }
+    }
+
+    fn run_state_so_far(&self) -> &'static str {
+        if self.timed_out {
+            return rs::FAILED;
+        }
+        if self.cancelling {
+            return rs::CANCELLED;
+        }
+        let failed = self
+            .rows
+            .iter()
+            .any(|r| !self.is_on_exit(r) && (r.state == st::FAILED || r.state == st::CANCELLED));
+        if failed { rs::FAILED } else { rs::SUCCEEDED }
+    }
+
+    /// The children of a fan-out over an upstream output (a JSON list in that file).
+    fn expand(&self, step: &Step) -> Result<Vec<StepRow>, String> {
+        let Some(ForEach::Ref(r)) = &step.for_each else {
+            return Err("not a fan-out over an output".into());
+        };
+        let crate::spec::template::Ref::Output { step: from, name } = &r.reference else {
+            return Err("not a fan-out over an output".into());
+        };
+        let up = self
+            .by_name
+            .get(from)
+            .map(|&i| &self.rows[i])
+            .ok_or_else(|| format!("step '{from}' has no single instance"))?;
+        let dir = up
+            .outputs
+            .as_ref()
+            .ok_or_else(|| format!("step '{from}' has no outputs"))?;
+        let path = Path::new(dir).join(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read forEach items from {}: {e}", path.display()))?;
+        let items: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|e| {
+            format!("forEach: output '{name}' of step '{from}' is not a JSON list: {e}")
+        })?;
+        Ok(items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| StepRow {
+                name: format!("{}[{i}]", step.name),
+                step: step.name.clone(),
+                item: Some(item.to_string()),
+                state: st::PENDING.into(),
+                ..StepRow::default()
+            })
+            .collect())
+    }
+
+    fn fail_permanently(&mut self, idx: usize, why: String) {
+        self.set_state(idx, st::FAILED, Some(why));
+        if self.pipeline.fail_fast && !self.is_on_exit(&self.rows[idx]) {
+            self.failed_fast = true;
+        }
+    }
+
+    /// Starts queued steps while parallelism and the machine's pool allow.
+    async fn start_queued(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
+        let now = now_ms();
+        let candidates: Vec<usize> = self.queued.iter().copied().collect();
+        for idx in candidates {
+            if self.live.len() >= limit {
+                break;
+            }
+            if self.rows[idx].not_before.is_some_and(|nb| nb > now) {
+                continue;
+            }
+            let on_exit = self.is_on_exit(&self.rows[idx]);
+            if (self.cancelling || self.failed_fast) && !on_exit {
+                let why = if self.cancelling {
+                    "the run was cancelled"
+                } else {
+                    "not started: a step failed (failFast)"
+                };
+                self.set_state(idx, st::CANCELLED, Some(why.into()));
+                let row = self.rows[idx].clone();
+                self.store
+                    .commit(
+                        &self.run.id,
+                        Change {
+                            steps: vec![&row],
+                            ..Change::default()
+                        },
+                    )
+                    .await?;
+                watcher.step(&row, self.rows.len(), 0);
+                continue;
+            }
+            if !self.start(idx, watcher).await? {
+                break; // no room in the pool: wait for an attempt to end
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts one attempt of row `idx`, or ends it `Cached`. False: the pool has no room.
+    async fn start(&mut self, idx: usize, watcher: &mut dyn Watcher) -> Result<bool, Error> {
+        let step = self.step_of(&self.rows[idx]).clone();
+        let number = self.rows[idx].attempts + 1;
+        let built = launch::build(
+            &self.scope(),
+            &self.home,
+            &step,
+            &self.rows[idx],
+            number,
+            self.grace_ms,
+        );
+        let launch = match built {
+            Ok(l) => l,
+            Err(Stop::Skip(why)) => {
+                self.set_state(idx, st::SKIPPED, Some(why));
+                return self.commit_row(idx, watcher).await.map(|()| true);
+            }
+            Err(Stop::Fail(why)) => {
+                self.fail_permanently(idx, why);
+                return self.commit_row(idx, watcher).await.map(|()| true);
+            }
+        };
+        if step.cache.is_some() && self.try_cache(idx, &step, &launch).await? {
+            return self.commit_row(idx, watcher).await.map(|()| true);
+        }
+        let dir = launch::attempt_dir(&self.home, &self.run.id, &self.rows[idx].name, number);
+        launch::prepare(&dir, &launch)
+            .map_err(io(format!("cannot write attempt folder {}", dir.display())))?;
+        let now = now_rfc3339();
+        let attempt = AttemptRow {
+            step: self.rows[idx].name.clone(),
+            number,
+            state: at::RUNNING.into(),
+            dir: dir.display().to_string(),
+            millicpu: step.resources.millicpu as i64 * i64::from(step.resources.workers),
+            memory: step.resources.memory.unwrap_or(0) as i64 * i64::from(step.resources.workers),
+            started_at: now.clone(),
+            ..AttemptRow::default()
+        };
+        let mut row = self.rows[idx].clone();
+        row.state = st::RUNNING.into();
+        row.reason = None;
+        row.attempts = number;
+        row.not_before = None;
+        if row.started_at.is_none() {
+            row.started_at = Some(now);
+        }
+        // Commit first: the attempt and its share of the pool exist before its runtime does.
+        if !self
+            .store
+            .start_attempt(&self.run.id, &row, &attempt, self.capacity)
+            .await?
+        {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Ok(false);
+        }
+        self.rows[idx].attempts = number;
+        self.rows[idx].not_before = None;
+        self.rows[idx].started_at = row.started_at.clone();
+        self.set_state(idx, st::RUNNING, None);
+        let child = launch::spawn(&dir);
+        match child {
+            Ok(mut child) => {
+                let pid = child.id();
+                let tx = self.tx.clone();
+                let (name, n) = (attempt.step.clone(), number);
+                tokio::spawn(async move {
+                    let _ = child.wait().await;
+                    let _ = tx.send(Exited {
+                        step: name,
+                        number: n,
+                    });
+                });
+                self.live.insert(
+                    attempt.step.clone(),
+                    Live {
+                        attempt,
+                        child: pid,
+                    },
+                );
+                watcher.step(&self.rows[idx], self.rows.len(), 0);
+            }
+            Err(e) => {
+                // The runtime could not start: the attempt never ran; say why and fail it.
+                self.live.insert(
+                    attempt.step.clone(),
+                    Live {
+                        attempt: attempt.clone(),
+                        child: None,
+                    },
+                );
+                let result = contract::Result {
+                    end: End::Failed,
+                    exit_code: None,
+                    signal: None,
+                    started_at: attempt.started_at.clone(),
+                    ended_at: now_rfc3339(),
+                    reason: Some(format!(
+                        "cannot start {}: {e}",
+                        launch::runtime_binary().display()
+                    )),
+                    metrics: BTreeMap::new(),
+                };
+                self.finish_attempt(&attempt.step, Some(result)).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    async fn commit_row(&mut self, idx: usize, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        let row = self.rows[idx].clone();
+        self.store
+            .commit(
+                &self.run.id,
+                Change {
+                    steps: vec![&row],
+                    ..Change::default()
+                },
+            )
+            .await?;
+        watcher.step(&row, self.rows.len(), 0);
+        Ok(())
+    }
+
+    /// Looks the step up in the cache; a hit whose outputs are gone is a miss.
+    async fn try_cache(&mut self, idx: usize, step: &Step, launch: &Launch) -> Result<bool, Error> {
+        let mut sink = Vec::new();
+        let key_text = step
+            .cache
+            .as_ref()
+            .and_then(|c| c.key.as_ref())
+            .and_then(|t| {
+                self.scope()
+                    .render(&self.rows[idx], t, &mut sink, Path::new(""))
+                    .ok()
+            });
+        let key = launch
+            .inputs
+            .iter()
+            .all(|i| i.from.exists())
+            .then(|| {
+                super::cache::key(
+                    step,
+                    launch,
+                    key_text.as_deref(),
+                    Path::new(&self.run.workdir),
+                )
+                .ok()
+            })
+            .flatten();
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        self.rows[idx].cache_key = Some(key.clone());
+        if let Some(outputs) = self.store.cache_get(&self.run.team, &key).await? {
+            if super::cache::outputs_exist(Path::new(&outputs), &step.outputs) {
+                self.rows[idx].outputs = Some(outputs);
+                self.set_state(idx, st::CACHED, Some(format!("cache hit {}", &key[..12])));
+                return Ok(true);
+            }
+            self.store.delete_cache(&self.run.team, &key).await?;
+        }
+        Ok(false)
+    }
+
+    /// Checks attempts this engine did not start: an unlocked lock means the runtime ended.
+    async fn poll_reattached(&mut self) -> Result<(), Error> {
+        let watched: Vec<(String, PathBuf)> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.child.is_none())
+            .map(|(n, l)| (n.clone(), PathBuf::from(&l.attempt.dir)))
+            .collect();
+        for (name, dir) in watched {
+            match probe(&dir)
+                .map_err(io(format!("cannot check attempt folder {}", dir.display())))?
+            {
+                Probe::Alive => {
+                    if self.cancelling
+                        && let Some(l) = self.live.get(&name)
+                    {
+                        terminate(l);
+                    }
+                }
+                Probe::Ended(result) => self.finish_attempt(&name, Some(*result)).await?,
+                Probe::Vanished(reason) => self.lose_attempt(&name, reason).await?,
+            }
+        }
+        Ok(())
+    }
+
+    async fn lose_attempt(&mut self, name: &str, reason: String) -> Result<(), Error> {
+        let Some(live) = self.live.remove(name) else {
+            return Ok(());
+        };
+        let mut attempt = live.attempt;
+        attempt.state = at::LOST.into();
+        attempt.reason = Some(reason.clone());
+        attempt.ended_at = Some(now_rfc3339());
+        let idx = self.by_name[name];
+        if self.cancelling && !self.is_on_exit(&self.rows[idx]) {
+            self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
+        } else {
+            // Lost work resumes at once and never counts against retry.limit.
+            self.rows[idx].not_before = None;
+            self.set_state(
+                idx,
+                st::QUEUED,
+                Some(format!("attempt {} lost: {reason}", attempt.number)),
+            );
+        }
+        self.reports.push(idx);
+        let row = self.rows[idx].clone();
+        self.store
+            .commit(
+                &self.run.id,
+                Change {
+                    steps: vec![&row],
+                    attempts: vec![&attempt],
+                    events: vec![Event {
+                        step: Some(name.to_owned()),
+                        kind: "attempt-lost".into(),
+                        detail: Some(reason),
+                    }],
+                    ..Change::default()
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Records how an attempt ended and what its step does next.
+    async fn finish_attempt(
+        &mut self,
+        name: &str,
+        result: Option<contract::Result>,
+    ) -> Result<(), Error> {
+        let Some(result) = result else {
+            return self
+                .lose_attempt(name, "the runtime stopped without recording the end".into())
+                .await;
+        };
+        let Some(live) = self.live.remove(name) else {
+            return Ok(());
+        };
+        let mut attempt = live.attempt;
+        let idx = self.by_name[name];
+        let step = self.step_of(&self.rows[idx]).clone();
+        attempt.exit_code = result.exit_code.map(i64::from);
+        attempt.signal = result.signal.map(i64::from);
+        attempt.reason = result.reason.clone();
+        attempt.ended_at = Some(result.ended_at.clone());
+        let dir = PathBuf::from(&attempt.dir);
+        if !result.metrics.is_empty() {
+            let mut metrics: BTreeMap<String, f64> = self.rows[idx]
+                .metrics
+                .as_deref()
+                .and_then(|m| serde_json::from_str(m).ok())
+                .unwrap_or_default();
+            metrics.extend(result.metrics.clone());
+            self.rows[idx].metrics = serde_json::to_string(&metrics).ok();
+        }
+        let objects = launch::object_dir(
+            &self.home,
+            &self.run.team,
+            &self.run.id,
+            name,
+            attempt.number,
+        );
+        copy_log(&dir, &objects);
+        let mut cache_put = None;
+        match result.end {
+            End::Succeeded => {
+                attempt.state = at::SUCCEEDED.into();
+                let outputs = objects.join("outputs").display().to_string();
+                if let Some(key) = &self.rows[idx].cache_key {
+                    cache_put = Some((key.clone(), outputs.clone()));
+                }
+                self.rows[idx].outputs = Some(outputs);
+                self.set_state(idx, st::SUCCEEDED, None);
+            }
+            End::Terminated => {
+                if self.cancelling {
+                    attempt.state = at::CANCELLED.into();
+                    self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
+                } else {
+                    // Stopped from outside (a preemption): back to the queue at once.
+                    attempt.state = at::PREEMPTED.into();
+                    self.rows[idx].not_before = None;
+                    self.set_state(
+                        idx,
+                        st::QUEUED,
+                        Some(format!("attempt {} preempted", attempt.number)),
+                    );
+                }
+            }
+            End::Failed | End::Timeout => {
+                let timeout = result.end == End::Timeout;
+                attempt.state = if timeout { at::TIMEOUT } else { at::FAILED }.into();
+                let why = result.reason.clone().unwrap_or_else(|| {
+                    match (result.exit_code, result.signal) {
+                        (_, Some(sig)) => format!("killed by signal {sig}"),
+                        (Some(code), _) => format!("exit code {code}"),
+                        _ => "failed".to_owned(),
+                    }
+                });
+                let why = if timeout {
+                    format!(
+                        "timed out after {}",
+                        step.timeout
+                            .map(crate::spec::units::format_duration)
+                            .unwrap_or_default()
+                    )
+                } else {
+                    why
+                };
+                let on = if timeout {
+                    RetryOn::Timeout
+                } else {
+                    RetryOn::Failure
+                };
+                let used = self.rows[idx].retries_used;
+                if self.cancelling && !step.on_exit {
+                    self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
+                } else if step.retry.on.contains(&on) && used < i64::from(step.retry.limit) {
+                    let backoff =
+                        step.retry.backoff.as_secs_f64() * step.retry.factor.powi(used as i32);
+                    let backoff = backoff.min(step.retry.max_backoff.as_secs_f64());
+                    self.rows[idx].retries_used = used + 1;
+                    self.rows[idx].not_before = Some(now_ms() + (backoff * 1000.0) as i64);
+                    self.set_state(
+                        idx,
+                        st::QUEUED,
+                        Some(format!(
+                            "retry in {} ({why})",
+                            crate::spec::units::format_duration(Duration::from_secs_f64(backoff))
+                        )),
+                    );
+                } else {
+                    self.fail_permanently(idx, why);
+                }
+            }
+        }
+        self.reports.push(idx);
+        let row = self.rows[idx].clone();
+        self.store
+            .commit(
+                &self.run.id,
+                Change {
+                    steps: vec![&row],
+                    attempts: vec![&attempt],
+                    events: vec![Event {
+                        step: Some(name.to_owned()),
+                        kind: "attempt-ended".into(),
+                        detail: Some(attempt.state.clone()),
+                    }],
+                    ..Change::default()
+                },
+            )
+            .await?;
+        if let Some((key, outputs)) = cache_put {
+            self.store
+                .cache_put(&self.run.team, &key, &self.run.id, name, &outputs)
+                .await?;
+        }
+        if self.cancelling {
+            for l in self.live.values() {
+                terminate(l);
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Blocked {
+    Waiting,
+    Cancel(String),
+}
+
+/// What an attempt's folder says about its runtime.
+enum Probe {
+    Alive,
+    Ended(Box<contract::Result>),
+    /// Gone without a result; the reason says how.
+    Vanished(String),
+}
+
+/// Looks at an attempt's folder: a held lock means its runtime is alive.
+fn probe(dir: &Path) -> std::io::Result<Probe> {
+    std::fs::create_dir_all(dir)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(contract::LOCK_FILE))?;
+    match lock.try_lock() {
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(Probe::Alive),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        Ok(()) => {}
+    }
+    // We hold the lock: no runtime runs here now, and none can start while we look.
+    if let Some(result) = read_result(dir) {
+        return Ok(Probe::Ended(Box::new(result)));
+    }
+    if dir.join(contract::STARTED_FILE).exists() {
+        return Ok(Probe::Vanished(
+            "the runtime stopped without recording the end".into(),
+        ));
+    }
+    // Never started: make sure a runtime started late does nothing, then give it up.
+    std::fs::write(dir.join("abandoned"), b"")?;
+    Ok(Probe::Vanished(
+        "the engine stopped before the attempt started".into(),
+    ))
+}
+
+fn read_result(dir: &Path) -> Option<contract::Result> {
+    let text = std::fs::read(dir.join(contract::RESULT_FILE)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// SIGTERM to an attempt's runtime, which passes it to the program and ends `Terminated`.
+fn terminate(live: &Live) {
+    let pid = live.child.or_else(|| {
+        let text = std::fs::read(Path::new(&live.attempt.dir).join(contract::STARTED_FILE)).ok()?;
+        let started: contract::Started = serde_json::from_slice(&text).ok()?;
+        Some(started.runtime_pid)
+    });
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+}
+
+/// Whether the engine named `PID@HOST` still runs (on this host; elsewhere, assume it does).
+fn holder_alive(holder: &str) -> bool {
+    let Some((pid, host)) = holder.split_once('@') else {
+        return false;
+    };
+    let me = owner_name();
+    let my_host = me.split_once('@').map(|(_, h)| h).unwrap_or_default();
+    if host != my_host {
+        return true;
+    }
+    pid.parse::<i32>()
+        .is_ok_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok())
+}
+
+/// Keeps the attempt's log in the object store once it has ended.
+fn copy_log(dir: &Path, objects: &Path) {
+    let from = dir.join(contract::LOG_FILE);
+    if from.exists() {
+        let to = objects.join("logs");
+        if std::fs::create_dir_all(&to).is_ok() {
+            let _ = std::fs::copy(&from, to.join("output.log"));
+        }
+    }
+}

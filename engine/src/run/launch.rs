@@ -1,0 +1,288 @@
+//! From a step instance to a started attempt: templates rendered, inputs listed, the
+//! attempt's folder and `launch.json` written, and `sluice-runtime exec` started.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use sluice_runtime::contract::{self, Input, Launch};
+
+use crate::spec::model::{Action, ParamValue, Step};
+use crate::spec::template::{Ref, Template};
+use crate::store::{RunRow, StepRow};
+
+use super::state::step as st;
+
+/// Why a step cannot be launched as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// It reads a skipped step's outputs or metrics: it is skipped too.
+    Skip(String),
+    /// Something it needs does not exist: the step fails, saying what.
+    Fail(String),
+}
+
+/// What templates can read, for one run.
+pub struct Scope<'a> {
+    pub run: &'a RunRow,
+    pub params: &'a BTreeMap<String, ParamValue>,
+    pub rows: &'a [StepRow],
+    pub by_name: &'a HashMap<String, usize>,
+    /// `{{run.state}}`, for onExit steps.
+    pub run_state: &'a str,
+}
+
+impl Scope<'_> {
+    fn upstream(&self, name: &str) -> Result<&StepRow, Stop> {
+        let row = self
+            .by_name
+            .get(name)
+            .map(|&i| &self.rows[i])
+            .ok_or_else(|| {
+                Stop::Fail(format!("step '{name}' has no single instance to read from"))
+            })?;
+        if row.state == st::SKIPPED {
+            return Err(Stop::Skip(format!("it reads skipped step '{name}'")));
+        }
+        Ok(row)
+    }
+
+    /// The text of one reference. `inputs` collects artifacts to place, at `inputs_dir`.
+    pub fn resolve(
+        &self,
+        row: &StepRow,
+        r: &Ref,
+        inputs: &mut Vec<Input>,
+        inputs_dir: &Path,
+    ) -> Result<String, Stop> {
+        match r {
+            Ref::Param(n) | Ref::PipelineParam(n) => self
+                .params
+                .get(n)
+                .map(ParamValue::to_text)
+                .ok_or_else(|| Stop::Fail(format!("parameter '{n}' has no value"))),
+            Ref::Output { step, name } => {
+                let up = self.upstream(step)?;
+                let dir = up.outputs.as_ref().ok_or_else(|| {
+                    Stop::Fail(format!(
+                        "step '{step}' has no outputs (it ended {})",
+                        up.state
+                    ))
+                })?;
+                let to = inputs_dir.join(step).join(name);
+                if !inputs.iter().any(|i| i.to == to) {
+                    inputs.push(Input {
+                        from: Path::new(dir).join(name),
+                        to: to.clone(),
+                    });
+                }
+                Ok(to.display().to_string())
+            }
+            Ref::Metric { step, name } => {
+                let up = self.upstream(step)?;
+                let metrics: BTreeMap<String, f64> = up
+                    .metrics
+                    .as_deref()
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or_default();
+                metrics.get(name).map(|v| v.to_string()).ok_or_else(|| {
+                    Stop::Fail(format!(
+                        "metric '{name}' of step '{step}' was never reported"
+                    ))
+                })
+            }
+            Ref::BestParam { step, .. } => Err(Stop::Fail(format!(
+                "step '{step}' is a sweep, and sweeps cannot run in this version"
+            ))),
+            Ref::Item(path) => {
+                let item: serde_json::Value = row
+                    .item
+                    .as_deref()
+                    .and_then(|i| serde_json::from_str(i).ok())
+                    .ok_or_else(|| Stop::Fail("the step has no forEach item".into()))?;
+                let mut v = &item;
+                for field in path {
+                    v = v.get(field.as_str()).ok_or_else(|| {
+                        Stop::Fail(format!("the forEach item has no field '{field}'"))
+                    })?;
+                }
+                Ok(match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+            }
+            Ref::RunId => Ok(self.run.id.clone()),
+            Ref::RunName => Ok(self.run.name.clone()),
+            Ref::RunState => Ok(self.run_state.to_owned()),
+            Ref::Team => Ok(self.run.team.clone()),
+        }
+    }
+
+    pub fn render(
+        &self,
+        row: &StepRow,
+        t: &Template,
+        inputs: &mut Vec<Input>,
+        inputs_dir: &Path,
+    ) -> Result<String, Stop> {
+        t.render(|r| self.resolve(row, r, inputs, inputs_dir))
+    }
+}
+
+/// Characters that need a shell; a `run:` line without them is executed directly.
+const SHELL_SYNTAX: &[char] = &[
+    '|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?', '[', ']', '#', '~',
+    '=', '%', '{', '}', '\n', '!',
+];
+
+/// The argument vector for a rendered `run:` line.
+pub fn argv_of_line(line: &str) -> Vec<String> {
+    let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+    if words.is_empty() || line.contains(SHELL_SYNTAX) {
+        vec!["/bin/sh".into(), "-c".into(), line.to_owned()]
+    } else {
+        words
+    }
+}
+
+/// Where one attempt's files live.
+pub fn attempt_dir(home: &Path, run: &str, step: &str, number: i64) -> PathBuf {
+    home.join("attempts")
+        .join(run)
+        .join(step)
+        .join(number.to_string())
+}
+
+/// The object-store folder of an attempt (`teams/TEAM/runs/RUN/STEP/ATTEMPT`).
+pub fn object_dir(home: &Path, team: &str, run: &str, step: &str, number: i64) -> PathBuf {
+    home.join("objects")
+        .join("teams")
+        .join(team)
+        .join("runs")
+        .join(run)
+        .join(step)
+        .join(number.to_string())
+}
+
+/// Builds the launch of attempt `number` of `row` (an instance of `step`).
+pub fn build(
+    scope: &Scope<'_>,
+    home: &Path,
+    step: &Step,
+    row: &StepRow,
+    number: i64,
+    grace_ms: u64,
+) -> Result<Launch, Stop> {
+    let run = scope.run;
+    let dir = attempt_dir(home, &run.id, &row.name, number);
+    let inputs_dir = dir.join("inputs");
+    let mut inputs = Vec::new();
+    let argv = match &step.action {
+        Action::Run(t) => argv_of_line(&scope.render(row, t, &mut inputs, &inputs_dir)?),
+        Action::Command(ts) => ts
+            .iter()
+            .map(|t| scope.render(row, t, &mut inputs, &inputs_dir))
+            .collect::<Result<_, _>>()?,
+        Action::Sweep { .. } => {
+            return Err(Stop::Fail("sweep steps cannot run in this version".into()));
+        }
+    };
+    let base = PathBuf::from(&run.workdir);
+    let workdir = match &step.workdir {
+        Some(t) => base.join(scope.render(row, t, &mut inputs, &inputs_dir)?),
+        None => base,
+    };
+    let output_dir = dir.join("out");
+    let checkpoint_dir = dir.join("checkpoint");
+    let mut env = BTreeMap::new();
+    for (k, t) in &step.env {
+        env.insert(k.clone(), scope.render(row, t, &mut inputs, &inputs_dir)?);
+    }
+    let sluice_env = [
+        ("SLUICE_RUN_ID", run.id.clone()),
+        ("SLUICE_RUN_NAME", run.name.clone()),
+        ("SLUICE_TEAM", run.team.clone()),
+        ("SLUICE_STEP", row.name.clone()),
+        ("SLUICE_ATTEMPT", number.to_string()),
+        ("SLUICE_PARAMS", run.params.clone()),
+        ("SLUICE_OUTPUT_DIR", output_dir.display().to_string()),
+        (
+            "SLUICE_CHECKPOINT_DIR",
+            checkpoint_dir.display().to_string(),
+        ),
+        ("SLUICE_RESUMED", "0".to_owned()),
+    ];
+    for (k, v) in sluice_env {
+        env.insert(k.to_owned(), v);
+    }
+    Ok(Launch {
+        argv,
+        workdir,
+        env,
+        timeout_ms: step
+            .timeout
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        grace_ms,
+        inputs,
+        outputs: step.outputs.clone(),
+        output_dir,
+        store_dir: object_dir(home, &run.team, &run.id, &row.name, number).join("outputs"),
+        metrics_stdout: step.metrics_stdout,
+    })
+}
+
+/// Writes the attempt's folder: `launch.json` (atomically) and the checkpoint folder.
+pub fn prepare(dir: &Path, launch: &Launch) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("checkpoint"))?;
+    let tmp = dir.join(format!("{}.tmp", contract::LAUNCH_FILE));
+    let text = serde_json::to_vec_pretty(launch).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, dir.join(contract::LAUNCH_FILE))
+}
+
+/// The `sluice-runtime` binary: beside this one, else `$SLUICE_RUNTIME`, else on `PATH`.
+pub fn runtime_binary() -> PathBuf {
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        let beside = dir.join("sluice-runtime");
+        if beside.is_file() {
+            return beside;
+        }
+    }
+    if let Some(p) = std::env::var_os("SLUICE_RUNTIME") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from("sluice-runtime")
+}
+
+/// Starts `sluice-runtime exec DIR` in its own process group, so that it outlives this
+/// engine and a Ctrl-C in its terminal.
+pub fn spawn(dir: &Path) -> std::io::Result<tokio::process::Child> {
+    let err = std::fs::File::create(dir.join("runtime.err"))?;
+    let mut cmd = tokio::process::Command::new(runtime_binary());
+    cmd.arg("exec")
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(false);
+    cmd.spawn()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_run_directly_and_shell_lines_through_sh() {
+        assert_eq!(argv_of_line("true"), vec!["true"]);
+        assert_eq!(
+            argv_of_line("python3 t.py --lr 0.1"),
+            vec!["python3", "t.py", "--lr", "0.1"]
+        );
+        assert_eq!(argv_of_line("echo $HOME")[0], "/bin/sh");
+        assert_eq!(argv_of_line("a > b")[0], "/bin/sh");
+        assert_eq!(argv_of_line("a=1 b")[0], "/bin/sh");
+    }
+}

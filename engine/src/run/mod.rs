@@ -1,0 +1,15 @@
+//! Runs: submission, the driver that moves steps through their states, and the attempts it
+//! launches under `sluice-runtime`.
+//!
+//! `run` is the only module that changes a run's state, and it commits each change to the
+//! store before acting on it: an attempt is recorded (and its resources reserved) before its
+//! runtime is started, and an attempt's end is committed before the steps after it start.
+
+pub mod cache;
+pub mod driver;
+pub mod launch;
+pub mod state;
+pub mod submit;
+
+pub use driver::{Driver, Ending};
+pub use submit::submit;

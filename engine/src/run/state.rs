@@ -1,0 +1,42 @@
+//! State names, exactly as the CLI contract spells them.
+
+/// Step states.
+pub mod step {
+    pub const PENDING: &str = "Pending";
+    pub const QUEUED: &str = "Queued";
+    pub const RUNNING: &str = "Running";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const FAILED: &str = "Failed";
+    pub const CACHED: &str = "Cached";
+    pub const SKIPPED: &str = "Skipped";
+    pub const CANCELLED: &str = "Cancelled";
+
+    /// A step in one of these states will not change again (until `sluice retry`).
+    pub fn is_terminal(s: &str) -> bool {
+        matches!(s, SUCCEEDED | FAILED | CACHED | SKIPPED | CANCELLED)
+    }
+
+    /// States that satisfy `needs`.
+    pub fn satisfies(s: &str) -> bool {
+        matches!(s, SUCCEEDED | CACHED | SKIPPED)
+    }
+}
+
+/// Attempt states.
+pub mod attempt {
+    pub const RUNNING: &str = "Running";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const FAILED: &str = "Failed";
+    pub const TIMEOUT: &str = "Timeout";
+    pub const PREEMPTED: &str = "Preempted";
+    pub const LOST: &str = "Lost";
+    pub const CANCELLED: &str = "Cancelled";
+}
+
+/// Run states.
+pub mod run {
+    pub const RUNNING: &str = "Running";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const FAILED: &str = "Failed";
+    pub const CANCELLED: &str = "Cancelled";
+}

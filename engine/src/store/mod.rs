@@ -1,0 +1,151 @@
+//! The state store: runs, steps, attempts, events and the cache, in SQLite through sqlx.
+//!
+//! Every state change of a run is a transaction here before the engine acts on it. Starting an
+//! attempt and reserving its CPU and memory are one `BEGIN IMMEDIATE` transaction, so every
+//! `sluice` process sharing a home sees the same pool and none overcommits it. SQL is written
+//! so that PostgreSQL also accepts it; queries are checked at run time (no compile-time macros).
+
+mod rows;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Row, SqlitePool as Pool};
+
+pub use rows::{AttemptRow, Change, Event, NewRun, RunRow, StepRow};
+
+/// How long a command waits for a store another process holds before it gives up (exit 3).
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../../migrations/sqlite/0001_init.sql"))];
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store cannot be used at all: unwritable home, corrupt file, busy past the timeout.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A run id or prefix that matches no run, or several.
+    #[error("{0}")]
+    NotFound(String),
+    #[error("state store: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+impl Error {
+    /// Whether this is the store failing (exit 3) rather than the request (exit 2).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable(_) | Error::Sql(_))
+    }
+}
+
+/// The state store of one `$SLUICE_HOME`.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: Pool,
+    pub home: PathBuf,
+}
+
+fn unavailable(home: &Path, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Unavailable(format!("the state store in {} {what}: {e}", home.display()))
+}
+
+impl Store {
+    /// Opens (creating if needed) the store under `home`, and brings its schema up to date.
+    pub async fn open(home: &Path) -> Result<Store, Error> {
+        std::fs::create_dir_all(home).map_err(|e| unavailable(home, "cannot be created", e))?;
+        let probe = home.join(".write-test");
+        std::fs::write(&probe, b"").map_err(|e| unavailable(home, "is not writable", e))?;
+        let _ = std::fs::remove_file(&probe);
+        let file = home.join("sluice.db");
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(|e| unavailable(home, "has a bad path", e))?
+            .filename(&file)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool: SqlitePool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(BUSY_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|e| describe(home, e))?;
+        let store = Store {
+            pool,
+            home: home.to_owned(),
+        };
+        store.migrate().await.map_err(|e| match e {
+            Error::Sql(e) => describe(home, e),
+            other => other,
+        })?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL)")
+            .execute(&mut *tx)
+            .await?;
+        let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations")
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| r.get::<i64, _>(0))
+            .collect();
+        for (version, sql) in MIGRATIONS {
+            if applied.contains(version) {
+                continue;
+            }
+            sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)")
+                .bind(version)
+                .bind(crate::time::now_rfc3339())
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(newest) = applied.iter().max() {
+            let known = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
+            if *newest > known {
+                return Err(Error::Unavailable(format!(
+                    "the state store in {} was written by a newer sluice (schema {newest}, this one knows {known})",
+                    self.home.display()
+                )));
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+/// Turns a connection failure into words a user can act on.
+fn describe(home: &Path, e: sqlx::Error) -> Error {
+    let text = e.to_string();
+    if text.contains("file is not a database") || text.contains("malformed") {
+        Error::Unavailable(format!(
+            "the state store {} is corrupt ({text}); move it aside to start afresh",
+            home.join("sluice.db").display()
+        ))
+    } else if text.contains("locked")
+        || text.contains("busy")
+        || matches!(e, sqlx::Error::PoolTimedOut)
+    {
+        Error::Unavailable(format!(
+            "the state store in {} stayed busy for more than {}s ({text})",
+            home.display(),
+            BUSY_TIMEOUT.as_secs()
+        ))
+    } else {
+        unavailable(home, "cannot be opened", text)
+    }
+}

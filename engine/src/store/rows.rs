@@ -1,0 +1,537 @@
+//! Rows and the queries over them.
+
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{Error, Store};
+
+/// A run as submitted: its identity, its source and its step instances.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub file: String,
+    pub workdir: String,
+    pub source: String,
+    pub document: Option<String>,
+    pub params: String,
+    pub steps: Vec<StepRow>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub file: String,
+    pub workdir: String,
+    pub source: String,
+    pub document: Option<String>,
+    pub params: String,
+    pub created_at: String,
+    pub ended_at: Option<String>,
+    pub cancel_requested: bool,
+    pub lease_owner: Option<String>,
+    pub lease_until: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct StepRow {
+    pub name: String,
+    pub step: String,
+    pub item: Option<String>,
+    pub state: String,
+    pub reason: Option<String>,
+    pub attempts: i64,
+    pub retries_used: i64,
+    pub not_before: Option<i64>,
+    pub metrics: Option<String>,
+    pub outputs: Option<String>,
+    pub cache_key: Option<String>,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct AttemptRow {
+    pub step: String,
+    pub number: i64,
+    pub state: String,
+    pub dir: String,
+    pub millicpu: i64,
+    pub memory: i64,
+    pub pid: Option<i64>,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub reason: Option<String>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+}
+
+/// An event for the run's append-only log.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub step: Option<String>,
+    pub kind: String,
+    pub detail: Option<String>,
+}
+
+fn run_row(r: &SqliteRow) -> RunRow {
+    RunRow {
+        id: r.get("id"),
+        name: r.get("name"),
+        team: r.get("team"),
+        state: r.get("state"),
+        reason: r.get("reason"),
+        file: r.get("file"),
+        workdir: r.get("workdir"),
+        source: r.get("source"),
+        document: r.get("document"),
+        params: r.get("params"),
+        created_at: r.get("created_at"),
+        ended_at: r.get("ended_at"),
+        cancel_requested: r.get::<i64, _>("cancel_requested") != 0,
+        lease_owner: r.get("lease_owner"),
+        lease_until: r.get("lease_until"),
+    }
+}
+
+fn step_row(r: &SqliteRow) -> StepRow {
+    StepRow {
+        name: r.get("name"),
+        step: r.get("step"),
+        item: r.get("item"),
+        state: r.get("state"),
+        reason: r.get("reason"),
+        attempts: r.get("attempts"),
+        retries_used: r.get("retries_used"),
+        not_before: r.get("not_before"),
+        metrics: r.get("metrics"),
+        outputs: r.get("outputs"),
+        cache_key: r.get("cache_key"),
+        started_at: r.get("started_at"),
+        ended_at: r.get("ended_at"),
+    }
+}
+
+fn attempt_row(r: &SqliteRow) -> AttemptRow {
+    AttemptRow {
+        step: r.get("step"),
+        number: r.get("number"),
+        state: r.get("state"),
+        dir: r.get("dir"),
+        millicpu: r.get("millicpu"),
+        memory: r.get("memory"),
+        pid: r.get("pid"),
+        exit_code: r.get("exit_code"),
+        signal: r.get("signal"),
+        reason: r.get("reason"),
+        started_at: r.get("started_at"),
+        ended_at: r.get("ended_at"),
+    }
+}
+
+const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, reason, attempts, retries_used, not_before, metrics, outputs, cache_key, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const UPDATE_STEP: &str = "UPDATE steps SET state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
+const INSERT_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, pid, exit_code, signal, reason, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+async fn insert_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
+    sqlx::query(INSERT_STEP)
+        .bind(run)
+        .bind(&s.name)
+        .bind(&s.step)
+        .bind(&s.item)
+        .bind(&s.state)
+        .bind(&s.reason)
+        .bind(s.attempts)
+        .bind(s.retries_used)
+        .bind(s.not_before)
+        .bind(&s.metrics)
+        .bind(&s.outputs)
+        .bind(&s.cache_key)
+        .bind(&s.started_at)
+        .bind(&s.ended_at)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+async fn update_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
+    sqlx::query(UPDATE_STEP)
+        .bind(&s.state)
+        .bind(&s.reason)
+        .bind(s.attempts)
+        .bind(s.retries_used)
+        .bind(s.not_before)
+        .bind(&s.metrics)
+        .bind(&s.outputs)
+        .bind(&s.cache_key)
+        .bind(&s.started_at)
+        .bind(&s.ended_at)
+        .bind(run)
+        .bind(&s.name)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+async fn update_attempt(tx: &mut Tx<'_>, run: &str, a: &AttemptRow) -> Result<(), Error> {
+    sqlx::query(UPDATE_ATTEMPT)
+        .bind(&a.state)
+        .bind(a.pid)
+        .bind(a.exit_code)
+        .bind(a.signal)
+        .bind(&a.reason)
+        .bind(&a.ended_at)
+        .bind(run)
+        .bind(&a.step)
+        .bind(a.number)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[Event]) -> Result<(), Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?")
+        .bind(run)
+        .fetch_one(&mut **tx)
+        .await?
+        .get(0);
+    let at = crate::time::now_rfc3339();
+    for (i, e) in events.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO events (run_id, seq, at, step, kind, detail) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(run)
+        .bind(next + i as i64)
+        .bind(&at)
+        .bind(&e.step)
+        .bind(&e.kind)
+        .bind(&e.detail)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A change to commit at once: steps, attempts, the run's end, events.
+#[derive(Debug, Default)]
+pub struct Change<'a> {
+    pub steps: Vec<&'a StepRow>,
+    pub new_steps: Vec<&'a StepRow>,
+    pub attempts: Vec<&'a AttemptRow>,
+    /// (state, reason): the run ended.
+    pub run_end: Option<(String, Option<String>)>,
+    pub events: Vec<Event>,
+}
+
+impl Store {
+    pub async fn create_run(&self, run: &NewRun) -> Result<(), Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, source, document, params, created_at) VALUES (?, ?, ?, 'Running', ?, ?, ?, ?, ?, ?)")
+            .bind(&run.id)
+            .bind(&run.name)
+            .bind(&run.team)
+            .bind(&run.file)
+            .bind(&run.workdir)
+            .bind(&run.source)
+            .bind(&run.document)
+            .bind(&run.params)
+            .bind(crate::time::now_rfc3339())
+            .execute(&mut *tx)
+            .await?;
+        for s in &run.steps {
+            insert_step(&mut tx, &run.id, s).await?;
+        }
+        insert_events(
+            &mut tx,
+            &run.id,
+            &[Event {
+                step: None,
+                kind: "created".into(),
+                detail: None,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The one run whose id is `prefix` or starts with it.
+    pub async fn resolve(&self, prefix: &str) -> Result<String, Error> {
+        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
+        let ids: Vec<String> =
+            sqlx::query("SELECT id FROM runs WHERE id LIKE ? ORDER BY id LIMIT 3")
+                .bind(pattern)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+        if let Some(exact) = ids.iter().find(|i| *i == prefix) {
+            return Ok(exact.clone());
+        }
+        match ids.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(Error::NotFound(format!(
+                "no run '{prefix}' in {}",
+                self.home.display()
+            ))),
+            many => Err(Error::NotFound(format!(
+                "'{prefix}' is ambiguous: it starts {} and more; give more of the id",
+                many.join(", ")
+            ))),
+        }
+    }
+
+    pub async fn run(&self, id: &str) -> Result<RunRow, Error> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref()
+            .map(run_row)
+            .ok_or_else(|| Error::NotFound(format!("no run '{id}'")))
+    }
+
+    pub async fn runs(
+        &self,
+        team: Option<&str>,
+        state: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, Error> {
+        let rows = sqlx::query("SELECT * FROM runs WHERE (? IS NULL OR team = ?) AND (? IS NULL OR state = ?) ORDER BY created_at DESC, id DESC LIMIT ?")
+            .bind(team)
+            .bind(team)
+            .bind(state)
+            .bind(state)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(run_row).collect())
+    }
+
+    pub async fn steps(&self, run: &str) -> Result<Vec<StepRow>, Error> {
+        let rows = sqlx::query("SELECT * FROM steps WHERE run_id = ? ORDER BY rowid")
+            .bind(run)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(step_row).collect())
+    }
+
+    pub async fn attempts(&self, run: &str) -> Result<Vec<AttemptRow>, Error> {
+        let rows = sqlx::query("SELECT * FROM attempts WHERE run_id = ? ORDER BY step, number")
+            .bind(run)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(attempt_row).collect())
+    }
+
+    /// Commits `change` in one transaction.
+    pub async fn commit(&self, run: &str, change: Change<'_>) -> Result<(), Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        for s in &change.new_steps {
+            insert_step(&mut tx, run, s).await?;
+        }
+        for s in &change.steps {
+            update_step(&mut tx, run, s).await?;
+        }
+        for a in &change.attempts {
+            update_attempt(&mut tx, run, a).await?;
+        }
+        if let Some((state, reason)) = &change.run_end {
+            sqlx::query("UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?")
+                .bind(state)
+                .bind(reason)
+                .bind(crate::time::now_rfc3339())
+                .bind(run)
+                .execute(&mut *tx)
+                .await?;
+        }
+        insert_events(&mut tx, run, &change.events).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Starts an attempt if the machine's pool has room for it: reserves its CPU and memory,
+    /// records it `Running` and its step `Running`, in one transaction. False: no room now.
+    pub async fn start_attempt(
+        &self,
+        run: &str,
+        step: &StepRow,
+        attempt: &AttemptRow,
+        capacity: (i64, i64),
+    ) -> Result<bool, Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let used = sqlx::query("SELECT COALESCE(SUM(millicpu), 0), COALESCE(SUM(memory), 0) FROM attempts WHERE state = 'Running'")
+            .fetch_one(&mut *tx)
+            .await?;
+        let (cpu, mem): (i64, i64) = (used.get(0), used.get(1));
+        let fits = cpu + attempt.millicpu <= capacity.0 && mem + attempt.memory <= capacity.1;
+        // A step larger than the whole machine still runs, alone, rather than never.
+        let alone = cpu == 0 && mem == 0;
+        if !fits && !alone {
+            return Ok(false);
+        }
+        sqlx::query(INSERT_ATTEMPT)
+            .bind(run)
+            .bind(&attempt.step)
+            .bind(attempt.number)
+            .bind(&attempt.state)
+            .bind(&attempt.dir)
+            .bind(attempt.millicpu)
+            .bind(attempt.memory)
+            .bind(attempt.pid)
+            .bind(attempt.exit_code)
+            .bind(attempt.signal)
+            .bind(&attempt.reason)
+            .bind(&attempt.started_at)
+            .bind(&attempt.ended_at)
+            .execute(&mut *tx)
+            .await?;
+        update_step(&mut tx, run, step).await?;
+        insert_events(
+            &mut tx,
+            run,
+            &[Event {
+                step: Some(step.name.clone()),
+                kind: "attempt-started".into(),
+                detail: Some(attempt.number.to_string()),
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Takes the run's lease for `owner` until `until` (unix ms) unless a live engine holds
+    /// it. Returns the current holder when refused.
+    pub async fn take_lease(
+        &self,
+        run: &str,
+        owner: &str,
+        now: i64,
+        until: i64,
+        force: bool,
+    ) -> Result<Result<(), String>, Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let row = sqlx::query("SELECT lease_owner, lease_until FROM runs WHERE id = ?")
+            .bind(run)
+            .fetch_one(&mut *tx)
+            .await?;
+        let holder: Option<String> = row.get(0);
+        let held_until: Option<i64> = row.get(1);
+        if let (Some(h), Some(u)) = (&holder, held_until)
+            && h != owner
+            && u > now
+            && !force
+        {
+            return Ok(Err(h.clone()));
+        }
+        sqlx::query("UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ?")
+            .bind(owner)
+            .bind(until)
+            .bind(run)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    pub async fn release_lease(&self, run: &str, owner: &str) -> Result<(), Error> {
+        sqlx::query("UPDATE runs SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?")
+            .bind(run)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn request_cancel(&self, run: &str) -> Result<(), Error> {
+        sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE id = ?")
+            .bind(run)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether a cancel was asked for, and the lease, re-read (other processes write them).
+    pub async fn cancel_requested(&self, run: &str) -> Result<bool, Error> {
+        let row = sqlx::query("SELECT cancel_requested FROM runs WHERE id = ?")
+            .bind(run)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.get::<i64, _>(0) != 0)
+    }
+
+    /// Sets an ended run running again (`sluice retry`), clearing its end and cancel flag.
+    pub async fn reopen(&self, run: &str, steps: &[StepRow]) -> Result<(), Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("UPDATE runs SET state = 'Running', reason = NULL, ended_at = NULL, cancel_requested = 0 WHERE id = ?")
+            .bind(run)
+            .execute(&mut *tx)
+            .await?;
+        for s in steps {
+            update_step(&mut tx, run, s).await?;
+        }
+        insert_events(
+            &mut tx,
+            run,
+            &[Event {
+                step: None,
+                kind: "retried".into(),
+                detail: None,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn cache_get(&self, team: &str, key: &str) -> Result<Option<String>, Error> {
+        let row = sqlx::query("SELECT outputs FROM cache WHERE team = ? AND key = ?")
+            .bind(team)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    pub async fn cache_put(
+        &self,
+        team: &str,
+        key: &str,
+        run: &str,
+        step: &str,
+        outputs: &str,
+    ) -> Result<(), Error> {
+        sqlx::query("INSERT INTO cache (team, key, run_id, step, outputs, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (team, key) DO UPDATE SET run_id = excluded.run_id, step = excluded.step, outputs = excluded.outputs, created_at = excluded.created_at")
+            .bind(team)
+            .bind(key)
+            .bind(run)
+            .bind(step)
+            .bind(outputs)
+            .bind(crate::time::now_rfc3339())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete_cache(&self, team: &str, key: &str) -> Result<(), Error> {
+        sqlx::query("DELETE FROM cache WHERE team = ? AND key = ?")
+            .bind(team)
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+-- sluice state, version 1. Written in SQL that PostgreSQL also accepts (no AUTOINCREMENT,
+-- no SQLite-only types); the PostgreSQL folder will hold the same numbers with the same meaning.
+
+CREATE TABLE runs (
+    id              TEXT PRIMARY KEY,
+    name            TEXT NOT NULL,
+    team            TEXT NOT NULL,
+    state           TEXT NOT NULL,          -- Running | Succeeded | Failed | Cancelled
+    reason          TEXT,
+    file            TEXT NOT NULL,          -- the YAML file, as given
+    workdir         TEXT NOT NULL,          -- the folder holding it: steps' default workdir
+    source          TEXT NOT NULL,          -- the YAML text, as submitted
+    document        TEXT,                   -- which document of the file (--name)
+    params          TEXT NOT NULL,          -- resolved parameters, a JSON object
+    created_at      TEXT NOT NULL,
+    ended_at        TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    lease_owner     TEXT,                   -- "PID@HOST" of the engine driving the run
+    lease_until     BIGINT                  -- unix milliseconds
+);
+
+CREATE TABLE steps (
+    run_id          TEXT NOT NULL,
+    name            TEXT NOT NULL,          -- instance name: train, evaluate[1]
+    step            TEXT NOT NULL,          -- the step of the file it comes from
+    item            TEXT,                   -- forEach item, JSON
+    state           TEXT NOT NULL,          -- Pending | Queued | Running | Succeeded | Failed | Cached | Skipped | Cancelled
+    reason          TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    retries_used    INTEGER NOT NULL DEFAULT 0,
+    not_before      BIGINT,                 -- unix ms: waiting out a retry backoff
+    metrics         TEXT,                   -- JSON object of last values
+    outputs         TEXT,                   -- folder holding the outputs, when succeeded or cached
+    cache_key       TEXT,
+    started_at      TEXT,
+    ended_at        TEXT,
+    PRIMARY KEY (run_id, name)
+);
+
+CREATE TABLE attempts (
+    run_id          TEXT NOT NULL,
+    step            TEXT NOT NULL,          -- instance name
+    number          INTEGER NOT NULL,
+    state           TEXT NOT NULL,          -- Running | Succeeded | Failed | Timeout | Preempted | Lost | Cancelled
+    dir             TEXT NOT NULL,          -- the attempt's folder (launch.json, lock, result.json)
+    millicpu        BIGINT NOT NULL,
+    memory          BIGINT NOT NULL,
+    pid             BIGINT,
+    exit_code       INTEGER,
+    signal          INTEGER,
+    reason          TEXT,
+    started_at      TEXT NOT NULL,
+    ended_at        TEXT,
+    PRIMARY KEY (run_id, step, number)
+);
+
+CREATE INDEX attempts_running ON attempts (state);
+
+CREATE TABLE events (
+    run_id          TEXT NOT NULL,
+    seq             BIGINT NOT NULL,
+    at              TEXT NOT NULL,
+    step            TEXT,
+    kind            TEXT NOT NULL,
+    detail          TEXT,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE cache (
+    team            TEXT NOT NULL,
+    key             TEXT NOT NULL,
+    run_id          TEXT NOT NULL,
+    step            TEXT NOT NULL,
+    outputs         TEXT NOT NULL,
+    created_at      TEXT NOT NULL,
+    PRIMARY KEY (team, key)
+);

@@ -1,0 +1,102 @@
+//! The contract between the engine and `sluice-runtime`: what the engine writes into an
+//! attempt's folder before it starts the runtime, and what the runtime writes back.
+//!
+//! An attempt's folder (`$SLUICE_HOME/attempts/RUN/STEP/N/`) holds:
+//!
+//! | file | written by | when |
+//! | --- | --- | --- |
+//! | `launch.json` ([`Launch`]) | engine | before the runtime starts; never changed after |
+//! | `lock` | engine creates and locks it (flock), hands the locked descriptor to the runtime | the runtime holds the lock for its whole life, so "is the lock free?" tells whether it still runs |
+//! | `started.json` ([`Started`]) | runtime | once the program has been spawned |
+//! | `logs/output.log` | runtime | while the program runs: one line per output line, `RFC3339 stream text` |
+//! | `metrics.jsonl` | the program (`$SLUICE_METRICS_FILE`) and the runtime (stdout `NAME=VALUE`) | while the program runs |
+//! | `result.json` ([`Result`]) | runtime | last, atomically (write, fsync, rename): the attempt has ended |
+//!
+//! The engine never acts on an attempt without reading these files: after a crash it learns
+//! everything it needs from them, which is how steps outlive the engine.
+//!
+//! This module has no dependencies beyond serde, so the engine can use it without linking
+//! anything else of the runtime.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub const LAUNCH_FILE: &str = "launch.json";
+pub const LOCK_FILE: &str = "lock";
+pub const STARTED_FILE: &str = "started.json";
+pub const RESULT_FILE: &str = "result.json";
+pub const LOG_FILE: &str = "logs/output.log";
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The file descriptor number at which the runtime finds the locked `lock` file.
+pub const LOCK_FD: i32 = 3;
+
+/// What to run, and how. Written by the engine, read by the runtime.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The program: an argument vector (`command:`, or a `run:` line with no shell syntax),
+    /// or `["/bin/sh", "-c", LINE]`.
+    pub argv: Vec<String>,
+    /// Working directory of the program.
+    pub workdir: PathBuf,
+    /// Environment added to the runtime's own (the `SLUICE_*` variables and the step's `env`).
+    pub env: BTreeMap<String, String>,
+    /// Per-attempt timeout in milliseconds: SIGTERM to the program's process group, then
+    /// `grace_ms`, then SIGKILL; the attempt ends `Timeout`.
+    pub timeout_ms: Option<u64>,
+    pub grace_ms: u64,
+    /// Artifacts to place before the program starts: each `from` (a file or folder) is copied
+    /// to `to`.
+    pub inputs: Vec<Input>,
+    /// Output names the program must write into `output_dir`; after a successful exit each is
+    /// copied to `store_dir/NAME`, and a missing one fails the attempt.
+    pub outputs: Vec<String>,
+    pub output_dir: PathBuf,
+    /// Where outputs go (the attempt's `outputs/` in the object store).
+    pub store_dir: PathBuf,
+    /// Read `NAME=VALUE` pairs from standard output as metrics.
+    pub metrics_stdout: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Input {
+    pub from: PathBuf,
+    pub to: PathBuf,
+}
+
+/// Written once the program has been spawned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    /// The runtime's own process id.
+    pub runtime_pid: u32,
+    /// The program's process id, which is also its process group.
+    pub pid: u32,
+    /// RFC 3339.
+    pub started_at: String,
+}
+
+/// How an attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    Succeeded,
+    Failed,
+    Timeout,
+    /// SIGTERM reached the runtime (cancel or preemption) and the program was stopped.
+    Terminated,
+}
+
+/// The attempt's end. Written last; its presence means the attempt is over.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Result {
+    pub end: End,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at: String,
+    pub ended_at: String,
+    /// Why it failed, in words, when the exit code alone does not say
+    /// (`output 'model' was not written`, `cannot start 'pyhton': not found`).
+    pub reason: Option<String>,
+    /// Last value of each metric.
+    pub metrics: BTreeMap<String, f64>,
+}

@@ -1,0 +1,322 @@
+//! `sluice-runtime exec DIR`: one attempt, from its `launch.json` to its `result.json`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::contract::{self, End, Launch, Started};
+use crate::files;
+use crate::metrics::{self, StdoutMetrics};
+use crate::time::now_rfc3339;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}
+
+/// What `exec` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exec {
+    /// The attempt ran and its result is written.
+    Ran,
+    /// Another runtime owns the attempt, or it was abandoned or already ended: nothing done.
+    Skipped,
+}
+
+/// Runs the attempt in `dir`.
+pub fn exec(dir: &Path) -> Result<Exec, Error> {
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(contract::LOCK_FILE))
+        .map_err(io(format!("cannot open the lock in {}", dir.display())))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(Exec::Skipped),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(io("cannot take the attempt's lock")(e));
+        }
+    }
+    if dir.join("abandoned").exists() || dir.join(contract::RESULT_FILE).exists() {
+        return Ok(Exec::Skipped);
+    }
+    // SIGTERM ends the attempt cleanly; SIGINT and SIGHUP (a terminal's Ctrl-C or hang-up) do
+    // nothing: attempts outlive the terminal and the engine that started them.
+    let term = Arc::new(AtomicBool::new(false));
+    let ignored = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGTERM, &term),
+        (signal_hook::consts::SIGINT, &ignored),
+        (signal_hook::consts::SIGHUP, &ignored),
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(flag)).map_err(io("cannot handle signals"))?;
+    }
+    let started_at = now_rfc3339();
+    let launch: Launch = match std::fs::read(dir.join(contract::LAUNCH_FILE))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            write_result(
+                dir,
+                failed(&started_at, format!("cannot read launch.json: {e}")),
+            )?;
+            return Ok(Exec::Ran);
+        }
+    };
+    let result = run(dir, &launch, &started_at, &term)?;
+    write_result(dir, result)?;
+    drop(lock);
+    Ok(Exec::Ran)
+}
+
+fn failed(started_at: &str, reason: String) -> contract::Result {
+    contract::Result {
+        end: End::Failed,
+        exit_code: None,
+        signal: None,
+        started_at: started_at.to_owned(),
+        ended_at: now_rfc3339(),
+        reason: Some(reason),
+        metrics: BTreeMap::new(),
+    }
+}
+
+fn write_result(dir: &Path, result: contract::Result) -> Result<(), Error> {
+    let bytes = serde_json::to_vec_pretty(&result)
+        .map_err(|e| io("cannot encode the result")(std::io::Error::other(e)))?;
+    files::write_atomically(&dir.join(contract::RESULT_FILE), &bytes)
+        .map_err(io("cannot write result.json"))
+}
+
+/// Writes lines of the program's output to the log, each with its time and stream.
+struct Log {
+    file: Mutex<std::fs::File>,
+}
+
+impl Log {
+    fn line(&self, stream: &str, text: &str) {
+        if let Ok(mut f) = self.file.lock() {
+            let _ = writeln!(f, "{} {stream} {text}", now_rfc3339());
+        }
+    }
+}
+
+fn read_lines(mut r: impl Read, mut each: impl FnMut(&str)) {
+    let mut reader = BufReader::new(&mut r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&buf);
+                each(text.trim_end_matches(['\n', '\r']));
+            }
+        }
+    }
+}
+
+fn run(
+    dir: &Path,
+    launch: &Launch,
+    started_at: &str,
+    term: &AtomicBool,
+) -> Result<contract::Result, Error> {
+    std::fs::create_dir_all(dir.join("logs")).map_err(io("cannot create the log folder"))?;
+    for input in &launch.inputs {
+        if let Err(e) = files::copy_all(&input.from, &input.to) {
+            return Ok(failed(
+                started_at,
+                format!("cannot place input {}: {e}", input.from.display()),
+            ));
+        }
+    }
+    std::fs::create_dir_all(&launch.output_dir).map_err(io("cannot create the output folder"))?;
+    let metrics_file = dir.join(contract::METRICS_FILE);
+    let log = Arc::new(Log {
+        file: Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(contract::LOG_FILE))
+                .map_err(io("cannot open the log"))?,
+        ),
+    });
+    let Some((program, args)) = launch.argv.split_first() else {
+        return Ok(failed(
+            started_at,
+            "nothing to run: the command is empty".into(),
+        ));
+    };
+    let spawned = Command::new(program)
+        .args(args)
+        .current_dir(&launch.workdir)
+        .envs(&launch.env)
+        .env("SLUICE_METRICS_FILE", &metrics_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let why = if launch.workdir.is_dir() {
+                format!("cannot start '{program}': {e}")
+            } else {
+                format!(
+                    "cannot start '{program}': working directory {} does not exist",
+                    launch.workdir.display()
+                )
+            };
+            log.line("err", &why);
+            return Ok(failed(started_at, why));
+        }
+    };
+    let pid = child.id();
+    let started = Started {
+        runtime_pid: std::process::id(),
+        pid,
+        started_at: started_at.to_owned(),
+    };
+    let bytes = serde_json::to_vec(&started)
+        .map_err(|e| io("cannot encode started.json")(std::io::Error::other(e)))?;
+    files::write_atomically(&dir.join(contract::STARTED_FILE), &bytes)
+        .map_err(io("cannot write started.json"))?;
+
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        let log = Arc::clone(&log);
+        let metrics_file = metrics_file.clone();
+        let parse = launch.metrics_stdout;
+        readers.push(std::thread::spawn(move || {
+            let mut m = StdoutMetrics::default();
+            read_lines(out, |line| {
+                log.line("out", line);
+                if parse {
+                    let _ = metrics::append(&metrics_file, &m.parse(line));
+                }
+            });
+        }));
+    }
+    if let Some(err) = child.stderr.take() {
+        let log = Arc::clone(&log);
+        readers.push(std::thread::spawn(move || {
+            read_lines(err, |line| log.line("err", line))
+        }));
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+
+    let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    let begin = Instant::now();
+    let timeout = launch.timeout_ms.map(Duration::from_millis);
+    let grace = Duration::from_millis(launch.grace_ms);
+    let mut stopping: Option<(End, Instant)> = None;
+    let status = loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(status) => break status.map_err(io("cannot wait for the program"))?,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Ok(failed(started_at, "lost track of the program".into()));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        match stopping {
+            None => {
+                let why = if term.load(Ordering::Relaxed) {
+                    Some(End::Terminated)
+                } else if timeout.is_some_and(|t| begin.elapsed() >= t) {
+                    Some(End::Timeout)
+                } else {
+                    None
+                };
+                if let Some(end) = why {
+                    log.line(
+                        "err",
+                        &format!(
+                            "sluice-runtime: sending SIGTERM ({end:?}); SIGKILL in {}ms",
+                            grace.as_millis()
+                        ),
+                    );
+                    let _ = killpg(group, Signal::SIGTERM);
+                    stopping = Some((end, Instant::now()));
+                }
+            }
+            Some((_, since)) if since.elapsed() >= grace => {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            Some(_) => {}
+        }
+    };
+    // Readers end when every process holding the pipes has exited; leftovers of the group
+    // that keep them open (a `sleep &`) are ended with the step.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    for r in readers {
+        while !r.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !r.is_finished() {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        let _ = r.join();
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let exit_code = status.code();
+    let signal = status.signal();
+    let mut result = contract::Result {
+        end: End::Failed,
+        exit_code,
+        signal,
+        started_at: started_at.to_owned(),
+        ended_at: String::new(),
+        reason: signal.map(|s| format!("killed by signal {s}")),
+        metrics: BTreeMap::new(),
+    };
+    if let Some((end, _)) = stopping {
+        result.end = end;
+    } else if status.success() {
+        result.end = End::Succeeded;
+        for name in &launch.outputs {
+            let from = launch.output_dir.join(name);
+            if !from.exists() {
+                result.end = End::Failed;
+                result.reason = Some(format!(
+                    "output '{name}' was not written to $SLUICE_OUTPUT_DIR/{name}"
+                ));
+                break;
+            }
+            let to: PathBuf = launch.store_dir.join(name);
+            if let Err(e) = files::copy_atomically(&from, &to) {
+                result.end = End::Failed;
+                result.reason = Some(format!("cannot store output '{name}': {e}"));
+                break;
+            }
+        }
+    }
+    result.metrics = metrics::last_values(&metrics_file);
+    result.ended_at = now_rfc3339();
+    Ok(result)
+}
