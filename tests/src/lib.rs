@@ -102,3 +102,73 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A sandbox with its own `SLUICE_HOME`, for commands that run pipelines.
+pub struct Sandbox {
+    pub dir: TempDir,
+}
+
+impl Sandbox {
+    pub fn new(tag: &str) -> Self {
+        Sandbox {
+            dir: TempDir::new(tag),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        self.dir.write(name, text)
+    }
+
+    /// `sluice ARGS` in the sandbox, with its home.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = sluice();
+        cmd.args(args)
+            .current_dir(self.path())
+            .env("SLUICE_HOME", self.home());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Ran {
+        ran(self.cmd(args).output().expect("sluice starts"))
+    }
+
+    /// `status RUN --output json`, parsed.
+    pub fn status(&self, run: &str) -> serde_json::Value {
+        let out = self.run(&["status", run, "--output", "json"]);
+        assert_eq!(out.code, Some(0), "status failed: {}", out.stderr);
+        serde_json::from_str(&out.stdout).expect("status prints JSON")
+    }
+
+    /// The id of the newest run.
+    pub fn last_run(&self) -> String {
+        let out = self.run(&["runs", "--output", "json", "--limit", "1"]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("runs prints JSON");
+        v[0]["id"].as_str().expect("a run exists").to_owned()
+    }
+}
+
+/// Each step's state in a status document, by name.
+pub fn step_states(status: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    status["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| {
+                    (
+                        s["name"].as_str().unwrap_or_default().to_owned(),
+                        s["state"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

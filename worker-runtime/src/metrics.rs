@@ -102,11 +102,13 @@ mod tests {
         let lines = m.parse("epoch=3 loss=0.21 accuracy=0.914 note=fast");
         assert_eq!(lines.len(), 2);
         assert!(lines[0].contains("\"loss\"") && lines[0].contains("\"step\":3.0"));
+        // Without step= or epoch=, a metric's step is the count of its observations.
         let lines = m.parse("accuracy=0.5");
-        assert!(lines[0].contains("\"step\":1.0"), "{lines:?}");
-        let lines = m.parse("accuracy=0.6 x=nan");
-        assert_eq!(lines.len(), 1);
         assert!(lines[0].contains("\"step\":2.0"), "{lines:?}");
+        let lines = m.parse("accuracy=0.6 x=nan loss=1");
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].contains("\"step\":3.0"), "{lines:?}");
+        assert!(lines[1].contains("\"step\":2.0"), "{lines:?}");
         assert!(m.parse("no pairs here, a=b").is_empty());
     }
 }

@@ -134,10 +134,23 @@ const SHELL_SYNTAX: &[char] = &[
     '=', '%', '{', '}', '\n', '!',
 ];
 
-/// The argument vector for a rendered `run:` line.
+/// Shell builtins and keywords with no program of the same name: a line starting with one
+/// needs the shell even without shell syntax (`exit 3`, `cd data`).
+const SHELL_WORDS: &[&str] = &[
+    ".", ":", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done", "elif",
+    "else", "esac", "eval", "exec", "exit", "export", "fg", "fi", "for", "getopts", "hash", "if",
+    "jobs", "local", "read", "readonly", "return", "set", "shift", "source", "then", "times",
+    "trap", "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
+];
+
+/// The argument vector for a rendered `run:` line: the words themselves when the line has no
+/// shell syntax (as make does, saving a shell per step), else `/bin/sh -c LINE`.
 pub fn argv_of_line(line: &str) -> Vec<String> {
     let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-    if words.is_empty() || line.contains(SHELL_SYNTAX) {
+    let builtin = words
+        .first()
+        .is_some_and(|w| SHELL_WORDS.contains(&w.as_str()));
+    if words.is_empty() || builtin || line.contains(SHELL_SYNTAX) {
         vec!["/bin/sh".into(), "-c".into(), line.to_owned()]
     } else {
         words
@@ -284,5 +297,7 @@ mod tests {
         assert_eq!(argv_of_line("echo $HOME")[0], "/bin/sh");
         assert_eq!(argv_of_line("a > b")[0], "/bin/sh");
         assert_eq!(argv_of_line("a=1 b")[0], "/bin/sh");
+        assert_eq!(argv_of_line("exit 3")[0], "/bin/sh");
+        assert_eq!(argv_of_line("cd data")[0], "/bin/sh");
     }
 }
