@@ -6,9 +6,8 @@
 //! | file | written by | when |
 //! | --- | --- | --- |
 //! | `launch.json` ([`Launch`]) | engine | before the runtime starts; never changed after |
-//! | `lock` | engine creates and locks it (flock), hands the locked descriptor to the runtime | the runtime holds the lock for its whole life, so "is the lock free?" tells whether it still runs |
-//! | `started.json` ([`Started`]) | runtime | once the program has been spawned |
-//! | `logs/output.log` | runtime | while the program runs: one line per output line, `RFC3339 stream text` |
+//! | `lock` | runtime: created and locked (flock) first, held for the runtime's whole life, so "is the lock free?" tells whether it still runs; once the program is spawned the runtime writes [`Started`] into it as JSON (an empty lock: the program never started) | |
+//! | `output.log` | runtime | while the program runs (created at the first line): one line per output line, `RFC3339 stream text` |
 //! | `metrics.jsonl` | the program (`$SLUICE_METRICS_FILE`) and the runtime (stdout `NAME=VALUE`) | while the program runs |
 //! | `result.json` ([`Result`]) | runtime | last, atomically (write, fsync, rename): the attempt has ended |
 //!
@@ -25,12 +24,10 @@ use serde::{Deserialize, Serialize};
 
 pub const LAUNCH_FILE: &str = "launch.json";
 pub const LOCK_FILE: &str = "lock";
-pub const STARTED_FILE: &str = "started.json";
+
 pub const RESULT_FILE: &str = "result.json";
-pub const LOG_FILE: &str = "logs/output.log";
+pub const LOG_FILE: &str = "output.log";
 pub const METRICS_FILE: &str = "metrics.jsonl";
-/// The file descriptor number at which the runtime finds the locked `lock` file.
-pub const LOCK_FD: i32 = 3;
 
 /// What to run, and how. Written by the engine, read by the runtime.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -65,7 +62,7 @@ pub struct Input {
     pub to: PathBuf,
 }
 
-/// Written once the program has been spawned.
+/// Written into `lock` once the program has been spawned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Started {
     /// The runtime's own process id.

@@ -43,7 +43,7 @@ pub enum Exec {
 
 /// Runs the attempt in `dir`.
 pub fn exec(dir: &Path) -> Result<Exec, Error> {
-    let lock = std::fs::OpenOptions::new()
+    let mut lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
@@ -84,7 +84,7 @@ pub fn exec(dir: &Path) -> Result<Exec, Error> {
             return Ok(Exec::Ran);
         }
     };
-    let result = run(dir, &launch, &started_at, &term)?;
+    let result = run(dir, &launch, &started_at, &term, &mut lock)?;
     write_result(dir, result)?;
     drop(lock);
     Ok(Exec::Ran)
@@ -109,15 +109,26 @@ fn write_result(dir: &Path, result: contract::Result) -> Result<(), Error> {
         .map_err(io("cannot write result.json"))
 }
 
-/// Writes lines of the program's output to the log, each with its time and stream.
+/// Writes lines of the program's output to the log, each with its time and stream. The file
+/// is created at the first line: a step that prints nothing costs no file.
 struct Log {
-    file: Mutex<std::fs::File>,
+    path: PathBuf,
+    file: Mutex<Option<std::fs::File>>,
 }
 
 impl Log {
     fn line(&self, stream: &str, text: &str) {
-        if let Ok(mut f) = self.file.lock() {
-            let _ = writeln!(f, "{} {stream} {text}", now_rfc3339());
+        if let Ok(mut guard) = self.file.lock() {
+            if guard.is_none() {
+                *guard = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)
+                    .ok();
+            }
+            if let Some(f) = guard.as_mut() {
+                let _ = writeln!(f, "{} {stream} {text}", now_rfc3339());
+            }
         }
     }
 }
@@ -142,8 +153,8 @@ fn run(
     launch: &Launch,
     started_at: &str,
     term: &AtomicBool,
+    lock: &mut std::fs::File,
 ) -> Result<contract::Result, Error> {
-    std::fs::create_dir_all(dir.join("logs")).map_err(io("cannot create the log folder"))?;
     for input in &launch.inputs {
         if let Err(e) = files::copy_all(&input.from, &input.to) {
             return Ok(failed(
@@ -155,13 +166,8 @@ fn run(
     std::fs::create_dir_all(&launch.output_dir).map_err(io("cannot create the output folder"))?;
     let metrics_file = dir.join(contract::METRICS_FILE);
     let log = Arc::new(Log {
-        file: Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(contract::LOG_FILE))
-                .map_err(io("cannot open the log"))?,
-        ),
+        path: dir.join(contract::LOG_FILE),
+        file: Mutex::new(None),
     });
     let Some((program, args)) = launch.argv.split_first() else {
         return Ok(failed(
@@ -202,8 +208,10 @@ fn run(
     };
     let bytes = serde_json::to_vec(&started)
         .map_err(|e| io("cannot encode started.json")(std::io::Error::other(e)))?;
-    files::write_atomically(&dir.join(contract::STARTED_FILE), &bytes)
-        .map_err(io("cannot write started.json"))?;
+    // Into the lock file (no new file per attempt); not fsynced: after a crash the lock and
+    // result.json decide, this only tells "started" from "never started".
+    lock.write_all(&bytes)
+        .map_err(io("cannot record the start"))?;
 
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {

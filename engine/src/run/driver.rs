@@ -117,6 +117,11 @@ pub struct Driver {
     on_exit_started: bool,
     /// Rows changed outside `advance` (attempt ends), still to show to the watcher.
     reports: Vec<usize>,
+    /// Rows not yet in a terminal state: all of them, and those of main (not onExit) steps.
+    open_all: usize,
+    open_main: usize,
+    /// Queued rows waiting out a retry backoff.
+    backing_off: BTreeSet<usize>,
 }
 
 /// The lease holder's name for this process: `PID@HOST`.
@@ -251,6 +256,9 @@ impl Driver {
             deadline,
             on_exit_started: false,
             reports: Vec::new(),
+            open_all: 0,
+            open_main: 0,
+            backing_off: BTreeSet::new(),
         };
         d.cancelling = d.store.cancel_requested(run_id).await?;
         for row in rows {
@@ -288,6 +296,15 @@ impl Driver {
 
     fn add_row(&mut self, row: StepRow) {
         let idx = self.rows.len();
+        if !st::is_terminal(&row.state) {
+            self.open_all += 1;
+            if !self.is_on_exit(&row) {
+                self.open_main += 1;
+            }
+        }
+        if row.state == st::QUEUED && row.not_before.is_some() {
+            self.backing_off.insert(idx);
+        }
         let c = self.counts.entry(row.step.clone()).or_default();
         c.total += 1;
         if st::is_terminal(&row.state) {
@@ -320,6 +337,17 @@ impl Driver {
     fn set_state(&mut self, idx: usize, state: &str, reason: Option<String>) {
         let old = std::mem::replace(&mut self.rows[idx].state, state.to_owned());
         self.rows[idx].reason = reason;
+        let delta = i64::from(st::is_terminal(&old)) - i64::from(st::is_terminal(state));
+        let main = !self.is_on_exit(&self.rows[idx]);
+        self.open_all = (self.open_all as i64 + delta) as usize;
+        if main {
+            self.open_main = (self.open_main as i64 + delta) as usize;
+        }
+        if state == st::QUEUED && self.rows[idx].not_before.is_some() {
+            self.backing_off.insert(idx);
+        } else {
+            self.backing_off.remove(&idx);
+        }
         let step = self.rows[idx].step.clone();
         let c = self.counts.entry(step.clone()).or_default();
         if st::is_terminal(&old) {
@@ -504,13 +532,19 @@ impl Driver {
     }
 
     fn next_not_before(&self) -> Option<i64> {
-        self.queued
+        if self.backing_off.is_empty() {
+            return None;
+        }
+        self.backing_off
             .iter()
             .filter_map(|&i| self.rows[i].not_before)
             .min()
     }
 
     fn ready_queued(&self) -> bool {
+        if self.backing_off.is_empty() {
+            return !self.queued.is_empty();
+        }
         let now = now_ms();
         self.queued
             .iter()
@@ -519,7 +553,7 @@ impl Driver {
 
     /// Whether every step has ended and nothing runs: the run's final state.
     fn finished(&self) -> Option<String> {
-        if !self.live.is_empty() || self.rows.iter().any(|r| !st::is_terminal(&r.state)) {
+        if !self.live.is_empty() || self.open_all > 0 {
             return None;
         }
         Some(self.final_state())
@@ -588,11 +622,7 @@ impl Driver {
     /// Decides what every step whose needs changed does next, commits, then starts what can.
     async fn advance(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
         for idx in std::mem::take(&mut self.reports) {
-            let done = self
-                .rows
-                .iter()
-                .filter(|r| st::is_terminal(&r.state))
-                .count();
+            let done = self.rows.len() - self.open_all;
             watcher.step(&self.rows[idx], self.rows.len(), done);
         }
         let mut changed: Vec<usize> = Vec::new();
@@ -700,11 +730,7 @@ impl Driver {
                 )
                 .await?;
             let total = self.rows.len();
-            let done = self
-                .rows
-                .iter()
-                .filter(|r| st::is_terminal(&r.state))
-                .count();
+            let done = self.rows.len() - self.open_all;
             for r in &rows {
                 watcher.step(r, total, done);
             }
@@ -713,9 +739,7 @@ impl Driver {
     }
 
     fn main_done(&self) -> bool {
-        self.rows
-            .iter()
-            .all(|r| self.is_on_exit(r) || st::is_terminal(&r.state))
+        self.open_main == 0
             && self.live.keys().all(|n| {
                 self.by_name
                     .get(n)
@@ -810,40 +834,49 @@ impl Driver {
     async fn start_queued(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
         let now = now_ms();
-        let candidates: Vec<usize> = self.queued.iter().copied().collect();
-        for idx in candidates {
-            if self.live.len() >= limit {
-                break;
+        // In batches: collecting the whole queue each time would make long queues quadratic.
+        loop {
+            let room = limit.saturating_sub(self.live.len()).min(64);
+            if room == 0 {
+                return Ok(());
             }
-            if self.rows[idx].not_before.is_some_and(|nb| nb > now) {
-                continue;
+            let batch: Vec<usize> = self
+                .queued
+                .iter()
+                .copied()
+                .filter(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
+                .take(room)
+                .collect();
+            if batch.is_empty() {
+                return Ok(());
             }
-            let on_exit = self.is_on_exit(&self.rows[idx]);
-            if (self.cancelling || self.failed_fast) && !on_exit {
-                let why = if self.cancelling {
-                    "the run was cancelled"
-                } else {
-                    "not started: a step failed (failFast)"
-                };
-                self.set_state(idx, st::CANCELLED, Some(why.into()));
-                let row = self.rows[idx].clone();
-                self.store
-                    .commit(
-                        &self.run.id,
-                        Change {
-                            steps: vec![&row],
-                            ..Change::default()
-                        },
-                    )
-                    .await?;
-                watcher.step(&row, self.rows.len(), 0);
-                continue;
-            }
-            if !self.start(idx, watcher).await? {
-                break; // no room in the pool: wait for an attempt to end
+            for idx in batch {
+                let on_exit = self.is_on_exit(&self.rows[idx]);
+                if (self.cancelling || self.failed_fast) && !on_exit {
+                    let why = if self.cancelling {
+                        "the run was cancelled"
+                    } else {
+                        "not started: a step failed (failFast)"
+                    };
+                    self.set_state(idx, st::CANCELLED, Some(why.into()));
+                    let row = self.rows[idx].clone();
+                    self.store
+                        .commit(
+                            &self.run.id,
+                            Change {
+                                steps: vec![&row],
+                                ..Change::default()
+                            },
+                        )
+                        .await?;
+                    watcher.step(&row, self.rows.len(), 0);
+                    continue;
+                }
+                if !self.start(idx, watcher).await? {
+                    return Ok(()); // no room in the pool: wait for an attempt to end
+                }
             }
         }
-        Ok(())
     }
 
     /// Starts one attempt of row `idx`, or ends it `Cached`. False: the pool has no room.
@@ -1251,7 +1284,7 @@ fn probe(dir: &Path) -> std::io::Result<Probe> {
     if let Some(result) = read_result(dir) {
         return Ok(Probe::Ended(Box::new(result)));
     }
-    if dir.join(contract::STARTED_FILE).exists() {
+    if std::fs::metadata(dir.join(contract::LOCK_FILE)).is_ok_and(|m| m.len() > 0) {
         return Ok(Probe::Vanished(
             "the runtime stopped without recording the end".into(),
         ));
@@ -1271,7 +1304,7 @@ fn read_result(dir: &Path) -> Option<contract::Result> {
 /// SIGTERM to an attempt's runtime, which passes it to the program and ends `Terminated`.
 fn terminate(live: &Live) {
     let pid = live.child.or_else(|| {
-        let text = std::fs::read(Path::new(&live.attempt.dir).join(contract::STARTED_FILE)).ok()?;
+        let text = std::fs::read(Path::new(&live.attempt.dir).join(contract::LOCK_FILE)).ok()?;
         let started: contract::Started = serde_json::from_slice(&text).ok()?;
         Some(started.runtime_pid)
     });
@@ -1300,7 +1333,7 @@ fn holder_alive(holder: &str) -> bool {
 /// Keeps the attempt's log in the object store once it has ended.
 fn copy_log(dir: &Path, objects: &Path) {
     let from = dir.join(contract::LOG_FILE);
-    if from.exists() {
+    if std::fs::metadata(&from).is_ok_and(|m| m.len() > 0) {
         let to = objects.join("logs");
         if std::fs::create_dir_all(&to).is_ok() {
             let _ = std::fs::copy(&from, to.join("output.log"));

@@ -161,8 +161,14 @@ pub fn argv_of_line(line: &str) -> Vec<String> {
 pub fn attempt_dir(home: &Path, run: &str, step: &str, number: i64) -> PathBuf {
     home.join("attempts")
         .join(run)
-        .join(step)
-        .join(number.to_string())
+        .join(format!("{step}.{number}"))
+}
+
+/// A step's checkpoint folder, shared by its attempts (restored into by the runtime).
+pub fn checkpoint_dir(home: &Path, run: &str, step: &str) -> PathBuf {
+    home.join("attempts")
+        .join(run)
+        .join(format!("{step}.checkpoint"))
 }
 
 /// The object-store folder of an attempt (`teams/TEAM/runs/RUN/STEP/ATTEMPT`).
@@ -205,7 +211,7 @@ pub fn build(
         None => base,
     };
     let output_dir = dir.join("out");
-    let checkpoint_dir = dir.join("checkpoint");
+    let checkpoint_dir = checkpoint_dir(home, &run.id, &row.name);
     let mut env = BTreeMap::new();
     for (k, t) in &step.env {
         env.insert(k.clone(), scope.render(row, t, &mut inputs, &inputs_dir)?);
@@ -243,13 +249,16 @@ pub fn build(
     })
 }
 
-/// Writes the attempt's folder: `launch.json` (atomically) and the checkpoint folder.
+/// Writes the attempt's folder and `launch.json`, and the step's checkpoint folder. The
+/// runtime starts only after this returns, so the file needs no atomic rename: an engine that
+/// dies while writing it never starts the runtime, and the attempt is given up.
 pub fn prepare(dir: &Path, launch: &Launch) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir.join("checkpoint"))?;
-    let tmp = dir.join(format!("{}.tmp", contract::LAUNCH_FILE));
-    let text = serde_json::to_vec_pretty(launch).map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, dir.join(contract::LAUNCH_FILE))
+    std::fs::create_dir_all(dir)?;
+    if let Some(ckpt) = launch.env.get("SLUICE_CHECKPOINT_DIR") {
+        std::fs::create_dir_all(ckpt)?;
+    }
+    let text = serde_json::to_vec(launch).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join(contract::LAUNCH_FILE), text)
 }
 
 /// The `sluice-runtime` binary: beside this one, else `$SLUICE_RUNTIME`, else on `PATH`.
@@ -271,7 +280,12 @@ pub fn runtime_binary() -> PathBuf {
 /// Starts `sluice-runtime exec DIR` in its own process group, so that it outlives this
 /// engine and a Ctrl-C in its terminal.
 pub fn spawn(dir: &Path) -> std::io::Result<tokio::process::Child> {
-    let err = std::fs::File::create(dir.join("runtime.err"))?;
+    // One file per run for what runtimes print themselves (they report through result.json;
+    // this is for the unexpected), appended to by each.
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.parent().unwrap_or(dir).join("runtime.err"))?;
     let mut cmd = tokio::process::Command::new(runtime_binary());
     cmd.arg("exec")
         .arg(dir)
