@@ -9,6 +9,7 @@ CREATE TABLE runs (
     reason          TEXT,
     file            TEXT NOT NULL,          -- the YAML file, as given
     workdir         TEXT NOT NULL,          -- the folder holding it: steps' default workdir
+    objects         TEXT NOT NULL,          -- the object store's URL (file:///...), fixed at submission
     source          TEXT NOT NULL,          -- the YAML text, as submitted
     document        TEXT,                   -- which document of the file (--name)
     params          TEXT NOT NULL,          -- resolved parameters, a JSON object

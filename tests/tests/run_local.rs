@@ -569,3 +569,34 @@ fn runs_of_kinds_not_available_yet_are_refused_with_exit_2() {
     let out = sb.run(&["status", "nosuchrun"]);
     assert_eq!(out.code, Some(2), "{}", out.stderr);
 }
+
+#[test]
+fn outputs_and_logs_go_to_the_object_store_the_run_was_given() {
+    let sb = Sandbox::new("objects");
+    let store = sb.path().join("elsewhere");
+    let url = format!("file://{}", store.display());
+    sb.write(
+        "p.yaml",
+        &pipeline("o", "  steps:\n    - name: make\n      run: echo making; mkdir $SLUICE_OUTPUT_DIR/model && echo w > $SLUICE_OUTPUT_DIR/model/weights\n      outputs: [model]\n    - name: use\n      needs: [make]\n      run: cat {{steps.make.outputs.model}}/weights\n"),
+    );
+    let out = sb.run(&["run", "p.yaml", "--objects", &url]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let id = sb.last_run();
+    // The spec's layout, under the given store and not under the home.
+    let attempt = store.join(format!("teams/default/runs/{id}/make/1"));
+    assert_eq!(
+        std::fs::read_to_string(attempt.join("outputs/model/weights")).expect("stored output"),
+        "w\n"
+    );
+    let log = std::fs::read_to_string(attempt.join("logs/output.log")).expect("stored log");
+    assert!(log.contains(" out making"), "{log}");
+    assert!(!sb.home().join("objects/teams").exists());
+    // The downstream step read the artifact from that store.
+    let out = sb.run(&["logs", &id, "use"]);
+    assert!(out.stdout.contains('w'), "{}", out.stdout);
+
+    // A scheme this version cannot use is refused before anything runs.
+    let out = sb.run(&["run", "p.yaml", "--objects", "gs://bucket/x"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("gs://bucket/x"), "{}", out.stderr);
+}

@@ -43,22 +43,25 @@ pub struct Launch {
     /// `grace_ms`, then SIGKILL; the attempt ends `Timeout`.
     pub timeout_ms: Option<u64>,
     pub grace_ms: u64,
-    /// Artifacts to place before the program starts: each `from` (a file or folder) is copied
-    /// to `to`.
+    /// Artifacts to place before the program starts: each object (or folder of objects) at
+    /// `key` is downloaded to `to`.
     pub inputs: Vec<Input>,
     /// Output names the program must write into `output_dir`; after a successful exit each is
-    /// copied to `store_dir/NAME`, and a missing one fails the attempt.
+    /// uploaded to `outputs_key/NAME`, and a missing one fails the attempt.
     pub outputs: Vec<String>,
     pub output_dir: PathBuf,
-    /// Where outputs go (the attempt's `outputs/` in the object store).
-    pub store_dir: PathBuf,
+    /// The object store's URL (`file:///...`), see [`crate::objects`].
+    pub objects: String,
+    /// Where outputs go: the attempt's `outputs` key in the object store.
+    pub outputs_key: String,
     /// Read `NAME=VALUE` pairs from standard output as metrics.
     pub metrics_stdout: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Input {
-    pub from: PathBuf,
+    /// An object store key: one object, or a folder of objects under `key/`.
+    pub key: String,
     pub to: PathBuf,
 }
 

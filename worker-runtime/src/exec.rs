@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use crate::contract::{self, End, Launch, Started};
 use crate::files;
 use crate::metrics::{self, StdoutMetrics};
+use crate::objects::Objects;
 use crate::time::now_rfc3339;
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +103,15 @@ fn failed(started_at: &str, reason: String) -> contract::Result {
     }
 }
 
+fn open_store(url: &str) -> Result<(Objects, tokio::runtime::Runtime), String> {
+    let objects = Objects::open(url).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the object store client: {e}"))?;
+    Ok((objects, rt))
+}
+
 fn write_result(dir: &Path, result: contract::Result) -> Result<(), Error> {
     let bytes = serde_json::to_vec_pretty(&result)
         .map_err(|e| io("cannot encode the result")(std::io::Error::other(e)))?;
@@ -155,12 +165,21 @@ fn run(
     term: &AtomicBool,
     lock: &mut std::fs::File,
 ) -> Result<contract::Result, Error> {
-    for input in &launch.inputs {
-        if let Err(e) = files::copy_all(&input.from, &input.to) {
-            return Ok(failed(
-                started_at,
-                format!("cannot place input {}: {e}", input.from.display()),
-            ));
+    // The object store, opened only when there is something to move: a step without inputs
+    // or outputs does not pay for it.
+    let store = if launch.inputs.is_empty() && launch.outputs.is_empty() {
+        None
+    } else {
+        match open_store(&launch.objects) {
+            Ok(s) => Some(s),
+            Err(e) => return Ok(failed(started_at, e)),
+        }
+    };
+    if let Some((objects, rt)) = &store {
+        for input in &launch.inputs {
+            if let Err(e) = rt.block_on(objects.get_path(&input.key, &input.to)) {
+                return Ok(failed(started_at, format!("cannot place input: {e}")));
+            }
         }
     }
     std::fs::create_dir_all(&launch.output_dir).map_err(io("cannot create the output folder"))?;
@@ -213,11 +232,14 @@ fn run(
     lock.write_all(&bytes)
         .map_err(io("cannot record the start"))?;
 
+    // Each reader says on `done` when its pipe reached its end.
+    let (done_tx, done) = mpsc::channel::<()>();
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
         let log = Arc::clone(&log);
         let metrics_file = metrics_file.clone();
         let parse = launch.metrics_stdout;
+        let done_tx = done_tx.clone();
         readers.push(std::thread::spawn(move || {
             let mut m = StdoutMetrics::default();
             read_lines(out, |line| {
@@ -226,14 +248,18 @@ fn run(
                     let _ = metrics::append(&metrics_file, &m.parse(line));
                 }
             });
+            let _ = done_tx.send(());
         }));
     }
     if let Some(err) = child.stderr.take() {
         let log = Arc::clone(&log);
+        let done_tx = done_tx.clone();
         readers.push(std::thread::spawn(move || {
-            read_lines(err, |line| log.line("err", line))
+            read_lines(err, |line| log.line("err", line));
+            let _ = done_tx.send(());
         }));
     }
+    drop(done_tx);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
@@ -281,14 +307,20 @@ fn run(
     };
     // Readers end when every process holding the pipes has exited; leftovers of the group
     // that keep them open (a `sleep &`) are ended with the step.
+    // (Waiting on the channel, not polling: a no-op step must not pay a sleep.)
     let deadline = Instant::now() + Duration::from_secs(1);
+    let mut open = readers.len();
+    while open > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match done.recv_timeout(left) {
+            Ok(()) => open -= 1,
+            Err(_) => {
+                let _ = killpg(group, Signal::SIGKILL);
+                break;
+            }
+        }
+    }
     for r in readers {
-        while !r.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if !r.is_finished() {
-            let _ = killpg(group, Signal::SIGKILL);
-        }
         let _ = r.join();
     }
     use std::os::unix::process::ExitStatusExt;
@@ -316,8 +348,14 @@ fn run(
                 ));
                 break;
             }
-            let to: PathBuf = launch.store_dir.join(name);
-            if let Err(e) = files::copy_atomically(&from, &to) {
+            let key = format!("{}/{name}", launch.outputs_key);
+            let stored = match &store {
+                Some((objects, rt)) => rt
+                    .block_on(objects.put_path(&from, &key))
+                    .map_err(|e| e.to_string()),
+                None => Err("no object store".to_owned()),
+            };
+            if let Err(e) = stored {
                 result.end = End::Failed;
                 result.reason = Some(format!("cannot store output '{name}': {e}"));
                 break;

@@ -9,4 +9,5 @@ pub mod contract;
 pub mod exec;
 mod files;
 mod metrics;
+pub mod objects;
 pub mod time;

@@ -67,6 +67,22 @@ impl Error {
         }
     }
 
+    /// A bad URL is a usage error; a store that cannot be reached or written is the environment.
+    pub fn objects(e: sluice_runtime::objects::Error) -> Self {
+        use sluice_runtime::objects::Error as O;
+        match e {
+            O::Url { .. } => Error::Usage(e.to_string()),
+            O::Local { op, path, source } => Error::Io {
+                context: format!("object store: cannot {op} {}", path.display()),
+                source,
+            },
+            other => Error::Io {
+                context: other.to_string(),
+                source: std::io::Error::other("object store"),
+            },
+        }
+    }
+
     pub fn output(source: std::io::Error) -> Self {
         Error::Io {
             context: "cannot write the output".into(),

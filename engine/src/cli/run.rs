@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// A Cluster file (its scheduling arrives with the scheduler; accepted and checked now).
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<PathBuf>,
+    /// Where outputs and logs go, as an object store URL (default file://HOME/objects). The
+    /// run keeps it: resume and retry use the same store.
+    #[arg(long, env = "SLUICE_OBJECTS", value_name = "URL")]
+    pub objects: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -130,15 +134,30 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
     let store = Store::open(home).await?;
+    let objects = match &args.objects {
+        Some(url) => url.clone(),
+        None => {
+            let home = std::fs::canonicalize(home).map_err(|source| Error::Io {
+                context: format!("cannot resolve {}", home.display()),
+                source,
+            })?;
+            sluice_runtime::objects::default_url(&home)
+        }
+    };
+    // Checked now, so that a bad store is an error before anything runs.
+    sluice_runtime::objects::Objects::open(&objects).map_err(Error::objects)?;
     let document = (loaded.documents.len() > 1).then(|| pipeline.metadata.name.clone());
     let id = run::submit(
         &store,
         pipeline,
         &graph,
         values,
-        &text,
-        &workdir.display().to_string(),
-        document,
+        run::Origin {
+            source: &text,
+            workdir: &workdir.display().to_string(),
+            objects: &objects,
+            document,
+        },
     )
     .await?;
     if args.detach {

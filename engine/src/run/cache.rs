@@ -3,12 +3,16 @@
 //! The key covers the rendered command, the environment, `SLUICE_PARAMS`, the image, the
 //! resources' flavor, the content of every input artifact, the content of the files listed in
 //! `cache.files`, and `cache.key`. A hit is used only if every output it recorded still exists.
+//!
+//! Inputs are hashed from the object store (names and bytes), so that the same artifact
+//! produced by another run gives the same key.
 
 use std::io::Read;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
 use sluice_runtime::contract::Launch;
+use sluice_runtime::objects::{self, Objects};
 
 use crate::spec::model::Step;
 
@@ -40,13 +44,23 @@ fn hash_path(h: &mut Sha256, path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Why there is no key: an input or a listed file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NoKey {
+    #[error(transparent)]
+    Objects(#[from] objects::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// The cache key of an attempt about to run with `launch`. `key` is the rendered `cache.key`.
-pub fn key(
+pub async fn key(
+    objects: &Objects,
     step: &Step,
     launch: &Launch,
     key: Option<&str>,
     workdir: &Path,
-) -> std::io::Result<String> {
+) -> Result<String, NoKey> {
     // Paths inside the attempt's own folder (placed inputs) differ every attempt; what they
     // hold is hashed below instead.
     let attempt = launch
@@ -95,7 +109,9 @@ pub fn key(
     field("key", key.unwrap_or("").as_bytes());
     for input in &launch.inputs {
         h.update(b"input\0");
-        hash_path(&mut h, &input.from)?;
+        objects
+            .read_into(&input.key, &mut |bytes| h.update(bytes))
+            .await?;
     }
     if let Some(cache) = &step.cache {
         for f in &cache.files {
@@ -108,7 +124,16 @@ pub fn key(
     Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Whether a cached outputs folder still holds every output.
-pub fn outputs_exist(dir: &Path, outputs: &[String]) -> bool {
-    outputs.iter().all(|o| dir.join(o).exists())
+/// Whether a cached attempt's outputs (under the key `outputs`) still hold every output.
+pub async fn outputs_exist(objects: &Objects, outputs: &str, names: &[String]) -> bool {
+    for name in names {
+        if !objects
+            .exists(&format!("{outputs}/{name}"))
+            .await
+            .unwrap_or(false)
+        {
+            return false;
+        }
+    }
+    true
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sluice_runtime::contract::{self, End, Launch};
+use sluice_runtime::objects::Objects;
 use tokio::sync::mpsc;
 
 use super::launch::{self, Scope, Stop};
@@ -40,6 +41,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Objects(#[from] sluice_runtime::objects::Error),
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -92,6 +95,7 @@ struct Counts {
 
 pub struct Driver {
     store: Store,
+    objects: Objects,
     home: PathBuf,
     run: RunRow,
     pipeline: Pipeline,
@@ -221,6 +225,7 @@ impl Driver {
         let rows = store.steps(run_id).await?;
         let attempts = store.attempts(run_id).await?;
         let home = store.home.clone();
+        let objects = Objects::open(&run.objects)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let deadline = pipeline.timeout.and_then(|t| {
             crate::time::parse_rfc3339(&run.created_at).map(|c| c + t.as_millis() as i64)
@@ -233,6 +238,7 @@ impl Driver {
             .collect();
         let mut d = Driver {
             store,
+            objects,
             home,
             run,
             pipeline,
@@ -668,7 +674,7 @@ impl Driver {
             }
             // A fan-out over an upstream output: now that it exists, make the children.
             if self.rows[idx].name.ends_with("[*]") {
-                match self.expand(&step) {
+                match self.expand(&step).await {
                     Ok(children) => {
                         let n = children.len();
                         self.set_state(
@@ -788,7 +794,7 @@ impl Driver {
     }
 
     /// The children of a fan-out over an upstream output (a JSON list in that file).
-    fn expand(&self, step: &Step) -> Result<Vec<StepRow>, String> {
+    async fn expand(&self, step: &Step) -> Result<Vec<StepRow>, String> {
         let Some(ForEach::Ref(r)) = &step.for_each else {
             return Err("not a fan-out over an output".into());
         };
@@ -804,10 +810,17 @@ impl Driver {
             .outputs
             .as_ref()
             .ok_or_else(|| format!("step '{from}' has no outputs"))?;
-        let path = Path::new(dir).join(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read forEach items from {}: {e}", path.display()))?;
-        let items: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|e| {
+        let key = format!("{dir}/{name}");
+        let text = match self.objects.get_bytes(&key).await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return Err(format!(
+                    "cannot read forEach items: nothing stored at {key}"
+                ));
+            }
+            Err(e) => return Err(format!("cannot read forEach items: {e}")),
+        };
+        let items: Vec<serde_json::Value> = serde_json::from_slice(&text).map_err(|e| {
             format!("forEach: output '{name}' of step '{from}' is not a JSON list: {e}")
         })?;
         Ok(items
@@ -1016,26 +1029,21 @@ impl Driver {
                     .render(&self.rows[idx], t, &mut sink, Path::new(""))
                     .ok()
             });
-        let key = launch
-            .inputs
-            .iter()
-            .all(|i| i.from.exists())
-            .then(|| {
-                super::cache::key(
-                    step,
-                    launch,
-                    key_text.as_deref(),
-                    Path::new(&self.run.workdir),
-                )
-                .ok()
-            })
-            .flatten();
-        let Some(key) = key else {
+        // No key (an input is missing, a cache file unreadable): the step runs and says why.
+        let Ok(key) = super::cache::key(
+            &self.objects,
+            step,
+            launch,
+            key_text.as_deref(),
+            Path::new(&self.run.workdir),
+        )
+        .await
+        else {
             return Ok(false);
         };
         self.rows[idx].cache_key = Some(key.clone());
         if let Some(outputs) = self.store.cache_get(&self.run.team, &key).await? {
-            if super::cache::outputs_exist(Path::new(&outputs), &step.outputs) {
+            if super::cache::outputs_exist(&self.objects, &outputs, &step.outputs).await {
                 self.rows[idx].outputs = Some(outputs);
                 self.set_state(idx, st::CACHED, Some(format!("cache hit {}", &key[..12])));
                 return Ok(true);
@@ -1043,6 +1051,19 @@ impl Driver {
             self.store.delete_cache(&self.run.team, &key).await?;
         }
         Ok(false)
+    }
+
+    /// Keeps the attempt's log in the object store once it has ended (at
+    /// `OBJECTS/logs/output.log`). A failure is logged, not fatal: the log stays readable in
+    /// the attempt's folder.
+    async fn keep_log(&self, dir: &Path, objects: &str) {
+        let from = dir.join(contract::LOG_FILE);
+        if std::fs::metadata(&from).is_ok_and(|m| m.len() > 0) {
+            let key = format!("{objects}/logs/output.log");
+            if let Err(e) = self.objects.put_path(&from, &key).await {
+                tracing::warn!("cannot keep the log of {}: {e}", dir.display());
+            }
+        }
     }
 
     /// Checks attempts this engine did not start: an unlocked lock means the runtime ended.
@@ -1142,19 +1163,13 @@ impl Driver {
             metrics.extend(result.metrics.clone());
             self.rows[idx].metrics = serde_json::to_string(&metrics).ok();
         }
-        let objects = launch::object_dir(
-            &self.home,
-            &self.run.team,
-            &self.run.id,
-            name,
-            attempt.number,
-        );
-        copy_log(&dir, &objects);
+        let objects = launch::object_key(&self.run.team, &self.run.id, name, attempt.number);
+        self.keep_log(&dir, &objects).await;
         let mut cache_put = None;
         match result.end {
             End::Succeeded => {
                 attempt.state = at::SUCCEEDED.into();
-                let outputs = objects.join("outputs").display().to_string();
+                let outputs = format!("{objects}/outputs");
                 if let Some(key) = &self.rows[idx].cache_key {
                     cache_put = Some((key.clone(), outputs.clone()));
                 }
@@ -1328,15 +1343,4 @@ fn holder_alive(holder: &str) -> bool {
     }
     pid.parse::<i32>()
         .is_ok_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok())
-}
-
-/// Keeps the attempt's log in the object store once it has ended.
-fn copy_log(dir: &Path, objects: &Path) {
-    let from = dir.join(contract::LOG_FILE);
-    if std::fs::metadata(&from).is_ok_and(|m| m.len() > 0) {
-        let to = objects.join("logs");
-        if std::fs::create_dir_all(&to).is_ok() {
-            let _ = std::fs::copy(&from, to.join("output.log"));
-        }
-    }
 }

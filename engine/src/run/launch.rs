@@ -71,7 +71,7 @@ impl Scope<'_> {
                 let to = inputs_dir.join(step).join(name);
                 if !inputs.iter().any(|i| i.to == to) {
                     inputs.push(Input {
-                        from: Path::new(dir).join(name),
+                        key: format!("{dir}/{name}"),
                         to: to.clone(),
                     });
                 }
@@ -171,15 +171,9 @@ pub fn checkpoint_dir(home: &Path, run: &str, step: &str) -> PathBuf {
         .join(format!("{step}.checkpoint"))
 }
 
-/// The object-store folder of an attempt (`teams/TEAM/runs/RUN/STEP/ATTEMPT`).
-pub fn object_dir(home: &Path, team: &str, run: &str, step: &str, number: i64) -> PathBuf {
-    home.join("objects")
-        .join("teams")
-        .join(team)
-        .join("runs")
-        .join(run)
-        .join(step)
-        .join(number.to_string())
+/// The object-store key of an attempt (`teams/TEAM/runs/RUN/STEP/ATTEMPT`).
+pub fn object_key(team: &str, run: &str, step: &str, number: i64) -> String {
+    format!("teams/{team}/runs/{run}/{step}/{number}")
 }
 
 /// Builds the launch of attempt `number` of `row` (an instance of `step`).
@@ -244,7 +238,11 @@ pub fn build(
         inputs,
         outputs: step.outputs.clone(),
         output_dir,
-        store_dir: object_dir(home, &run.team, &run.id, &row.name, number).join("outputs"),
+        objects: run.objects.clone(),
+        outputs_key: format!(
+            "{}/outputs",
+            object_key(&run.team, &run.id, &row.name, number)
+        ),
         metrics_stdout: step.metrics_stdout,
     })
 }

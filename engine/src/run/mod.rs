@@ -12,4 +12,4 @@ pub mod state;
 pub mod submit;
 
 pub use driver::{Driver, Ending};
-pub use submit::submit;
+pub use submit::{Origin, submit};

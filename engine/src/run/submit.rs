@@ -22,15 +22,25 @@ pub fn new_run_id() -> String {
     format!("{:012x}", h.finish() & 0xffff_ffff_ffff)
 }
 
+/// Where a submitted pipeline comes from and where its objects go.
+pub struct Origin<'a> {
+    /// The YAML text as submitted.
+    pub source: &'a str,
+    /// The folder holding the file: steps' default working directory.
+    pub workdir: &'a str,
+    /// The object store's URL.
+    pub objects: &'a str,
+    /// Which document of the file, when it holds several.
+    pub document: Option<String>,
+}
+
 /// Records a new run of `pipeline` and returns its id.
 pub async fn submit(
     store: &Store,
     pipeline: &Pipeline,
     dag: &Dag,
     params: BTreeMap<String, ParamValue>,
-    source: &str,
-    workdir: &str,
-    document: Option<String>,
+    origin: Origin<'_>,
 ) -> Result<String, store::Error> {
     let id = new_run_id();
     let params_json = serde_json::Value::Object(
@@ -76,9 +86,10 @@ pub async fn submit(
             name: pipeline.metadata.name.clone(),
             team: pipeline.metadata.team.clone(),
             file: pipeline.path.clone(),
-            workdir: workdir.to_owned(),
-            source: source.to_owned(),
-            document,
+            workdir: origin.workdir.to_owned(),
+            objects: origin.objects.to_owned(),
+            source: origin.source.to_owned(),
+            document: origin.document,
             params: params_json,
             steps,
         })

@@ -13,6 +13,7 @@ pub struct NewRun {
     pub team: String,
     pub file: String,
     pub workdir: String,
+    pub objects: String,
     pub source: String,
     pub document: Option<String>,
     pub params: String,
@@ -28,6 +29,7 @@ pub struct RunRow {
     pub reason: Option<String>,
     pub file: String,
     pub workdir: String,
+    pub objects: String,
     pub source: String,
     pub document: Option<String>,
     pub params: String,
@@ -88,6 +90,7 @@ fn run_row(r: &SqliteRow) -> RunRow {
         reason: r.get("reason"),
         file: r.get("file"),
         workdir: r.get("workdir"),
+        objects: r.get("objects"),
         source: r.get("source"),
         document: r.get("document"),
         params: r.get("params"),
@@ -237,12 +240,13 @@ pub struct Change<'a> {
 impl Store {
     pub async fn create_run(&self, run: &NewRun) -> Result<(), Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, source, document, params, created_at) VALUES (?, ?, ?, 'Running', ?, ?, ?, ?, ?, ?)")
+        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, objects, source, document, params, created_at) VALUES (?, ?, ?, 'Running', ?, ?, ?, ?, ?, ?, ?)")
             .bind(&run.id)
             .bind(&run.name)
             .bind(&run.team)
             .bind(&run.file)
             .bind(&run.workdir)
+            .bind(&run.objects)
             .bind(&run.source)
             .bind(&run.document)
             .bind(&run.params)

@@ -1,0 +1,393 @@
+//! The object store: where outputs and logs are kept (and, with the runtime's checkpoint work,
+//! checkpoints), behind `object_store` so that a local folder and a bucket look the same to
+//! the engine and to the runtime.
+//!
+//! Keys follow `../spec/runtime.md`: `teams/TEAM/runs/RUN/STEP/ATTEMPT/{outputs,logs}/...`.
+//! An artifact is either one object at its key (a file) or every object under `KEY/` (a
+//! folder); [`Objects::put_path`] and [`Objects::get_path`] map files and folders onto that.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::io::AsyncWriteExt;
+
+/// What went wrong with the object store, naming the key or URL involved.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("object store URL '{url}' is not supported: {why}")]
+    Url { url: String, why: String },
+    #[error("object store {url}: cannot {op} '{key}': {source}")]
+    Store {
+        url: String,
+        op: &'static str,
+        key: String,
+        #[source]
+        source: Box<object_store::Error>,
+    },
+    #[error("object store {url}: nothing stored at '{key}'")]
+    Missing { url: String, key: String },
+    #[error("cannot {op} {}: {source}", path.display())]
+    Local {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An opened object store and the URL it was opened from.
+#[derive(Clone, Debug)]
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    url: String,
+}
+
+/// The default store of a home: `file://HOME/objects`.
+pub fn default_url(home: &Path) -> String {
+    format!("file://{}", home.join("objects").display())
+}
+
+impl Objects {
+    /// Opens `file:///ABSOLUTE/PATH` (the folder is created). S3 comes with the runtime's
+    /// checkpoint work; until then any other scheme is refused by name.
+    pub fn open(url: &str) -> Result<Self, Error> {
+        let bad = |why: &str| Error::Url {
+            url: url.to_owned(),
+            why: why.to_owned(),
+        };
+        let Some(rest) = url.strip_prefix("file://") else {
+            return Err(bad(
+                "only file:// URLs are available in this version (s3:// comes with checkpoint sync)",
+            ));
+        };
+        let root = Path::new(rest);
+        if !root.is_absolute() {
+            return Err(bad(
+                "a file:// URL needs an absolute path (file:///data/objects)",
+            ));
+        }
+        std::fs::create_dir_all(root).map_err(|source| Error::Local {
+            op: "create the object folder",
+            path: root.to_owned(),
+            source,
+        })?;
+        let store = LocalFileSystem::new_with_prefix(root).map_err(|e| bad(&e.to_string()))?;
+        Ok(Self {
+            store: Arc::new(store),
+            url: url.to_owned(),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn err(&self, op: &'static str, key: &str) -> impl FnOnce(object_store::Error) -> Error {
+        let url = self.url.clone();
+        let key = key.to_owned();
+        move |source| Error::Store {
+            url,
+            op,
+            key,
+            source: Box::new(source),
+        }
+    }
+
+    /// Uploads a file to `key`, or a folder's files under `key/` (keeping their relative
+    /// paths). Returns how many objects were written.
+    pub async fn put_path(&self, local: &Path, key: &str) -> Result<usize, Error> {
+        let mut files = Vec::new();
+        collect_files(local, PathBuf::new(), &mut files)?;
+        let is_file = files.len() == 1 && files[0].as_os_str().is_empty();
+        for rel in &files {
+            let (from, to) = if is_file {
+                (local.to_owned(), key.to_owned())
+            } else {
+                (local.join(rel), format!("{key}/{}", rel.display()))
+            };
+            self.put_file(&from, &to).await?;
+        }
+        Ok(files.len())
+    }
+
+    /// Streams one local file into one object (multipart for large files).
+    async fn put_file(&self, from: &Path, key: &str) -> Result<(), Error> {
+        let local = |op| {
+            let path = from.to_owned();
+            move |source| Error::Local { op, path, source }
+        };
+        let mut file = tokio::fs::File::open(from).await.map_err(local("open"))?;
+        let mut writer =
+            object_store::buffered::BufWriter::new(Arc::clone(&self.store), Key::from(key));
+        tokio::io::copy(&mut file, &mut writer)
+            .await
+            .map_err(local("upload"))?;
+        writer.shutdown().await.map_err(local("upload"))?;
+        Ok(())
+    }
+
+    /// Writes `bytes` as one object.
+    pub async fn put_bytes(&self, key: &str, bytes: Vec<u8>) -> Result<(), Error> {
+        self.store
+            .put(&Key::from(key), PutPayload::from(bytes))
+            .await
+            .map_err(self.err("write", key))?;
+        Ok(())
+    }
+
+    /// Downloads the object at `key` to the file `local`, or every object under `key/` into
+    /// the folder `local`. Nothing stored there is an error.
+    pub async fn get_path(&self, key: &str, local: &Path) -> Result<(), Error> {
+        let objects = self.list(key).await?;
+        if objects.is_empty() {
+            return Err(Error::Missing {
+                url: self.url.clone(),
+                key: key.to_owned(),
+            });
+        }
+        for (rel, object) in objects {
+            let to = if rel.is_empty() {
+                local.to_owned()
+            } else {
+                local.join(&rel)
+            };
+            self.get_file(&object, &to).await?;
+        }
+        Ok(())
+    }
+
+    async fn get_file(&self, key: &Key, to: &Path) -> Result<(), Error> {
+        let local = |op| {
+            let path = to.to_owned();
+            move |source| Error::Local { op, path, source }
+        };
+        if let Some(parent) = to.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(local("create the folder of"))?;
+        }
+        let got = self
+            .store
+            .get(key)
+            .await
+            .map_err(self.err("read", key.as_ref()))?;
+        let mut file = tokio::fs::File::create(to).await.map_err(local("create"))?;
+        let mut chunks = got.into_stream();
+        while let Some(chunk) = chunks
+            .try_next()
+            .await
+            .map_err(self.err("read", key.as_ref()))?
+        {
+            file.write_all(&chunk).await.map_err(local("write"))?;
+        }
+        file.flush().await.map_err(local("write"))?;
+        Ok(())
+    }
+
+    /// Whether anything is stored at `key` (a file) or under `key/` (a folder).
+    pub async fn exists(&self, key: &str) -> Result<bool, Error> {
+        Ok(!self.list(key).await?.is_empty())
+    }
+
+    /// Feeds the content at `key` to `sink`: for a folder, each object's relative name and
+    /// bytes in name order, so that equal trees give equal sequences (cache keys).
+    pub async fn read_into(&self, key: &str, sink: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
+        let objects = self.list(key).await?;
+        if objects.is_empty() {
+            return Err(Error::Missing {
+                url: self.url.clone(),
+                key: key.to_owned(),
+            });
+        }
+        for (rel, object) in objects {
+            sink(rel.as_bytes());
+            sink(b"\0");
+            let got = self
+                .store
+                .get(&object)
+                .await
+                .map_err(self.err("read", object.as_ref()))?;
+            let mut chunks = got.into_stream();
+            while let Some(chunk) = chunks
+                .try_next()
+                .await
+                .map_err(self.err("read", object.as_ref()))?
+            {
+                sink(&chunk);
+            }
+            sink(b"\0");
+        }
+        Ok(())
+    }
+
+    /// Reads one whole object, if it exists.
+    pub async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        match self.store.get(&Key::from(key)).await {
+            Ok(got) => Ok(Some(
+                got.bytes().await.map_err(self.err("read", key))?.to_vec(),
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("read", key)(e)),
+        }
+    }
+
+    /// The object at `key` (relative name "") or the objects under `key/` (names relative to
+    /// it), sorted by name.
+    async fn list(&self, key: &str) -> Result<Vec<(String, Key)>, Error> {
+        let exact = Key::from(key);
+        match self.store.head(&exact).await {
+            Ok(_) => return Ok(vec![(String::new(), exact)]),
+            Err(object_store::Error::NotFound { .. }) => {}
+            // A folder on a local store: not an object, look under it.
+            Err(_) if self.url.starts_with("file://") => {}
+            Err(e) => return Err(self.err("look up", key)(e)),
+        }
+        let found: Vec<_> = self
+            .store
+            .list(Some(&exact))
+            .try_collect()
+            .await
+            .map_err(self.err("list", key))?;
+        // Keys are stored percent-encoded (`shard[0]` is `shard%5B0%5D`); names given back
+        // to files are decoded.
+        let mut out: Vec<(String, Key)> = found
+            .into_iter()
+            .filter_map(|meta| {
+                let parts: Vec<String> = meta
+                    .location
+                    .prefix_match(&exact)?
+                    .map(|p| {
+                        percent_encoding::percent_decode_str(p.as_ref())
+                            .decode_utf8_lossy()
+                            .into_owned()
+                    })
+                    .collect();
+                (!parts.is_empty()).then(|| (parts.join("/"), meta.location))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+}
+
+/// Relative paths of every file under `dir` (one empty path when `dir` is a file).
+fn collect_files(root: &Path, rel: PathBuf, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    let path = if rel.as_os_str().is_empty() {
+        root.to_owned()
+    } else {
+        root.join(&rel)
+    };
+    let local = |op| {
+        let path = path.clone();
+        move |source| Error::Local { op, path, source }
+    };
+    let meta = std::fs::metadata(&path).map_err(local("read"))?;
+    if !meta.is_dir() {
+        out.push(rel);
+        return Ok(());
+    }
+    let mut entries: Vec<_> = std::fs::read_dir(&path)
+        .map_err(local("list"))?
+        .collect::<Result<_, _>>()
+        .map_err(local("list"))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        collect_files(root, rel.join(e.file_name()), out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a tokio runtime")
+    }
+
+    #[test]
+    fn files_and_folders_round_trip() {
+        let tmp = std::env::temp_dir().join(format!("sluice-objects-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let src = tmp.join("src");
+        std::fs::create_dir_all(src.join("model/sub")).expect("mkdir");
+        std::fs::write(src.join("model/a.bin"), b"aaa").expect("write");
+        std::fs::write(src.join("model/sub/b.txt"), b"bb").expect("write");
+        std::fs::write(src.join("model/odd [1]%.txt"), b"o").expect("write");
+        std::fs::write(src.join("metrics.json"), b"{}").expect("write");
+        let objects = Objects::open(&default_url(&tmp)).expect("open");
+        runtime().block_on(async {
+            assert_eq!(
+                objects
+                    .put_path(&src.join("model"), "t/model")
+                    .await
+                    .expect("put"),
+                3
+            );
+            assert_eq!(
+                objects
+                    .put_path(&src.join("metrics.json"), "t/m.json")
+                    .await
+                    .expect("put"),
+                1
+            );
+            assert!(objects.exists("t/model").await.expect("exists"));
+            assert!(objects.exists("t/m.json").await.expect("exists"));
+            assert!(!objects.exists("t/nothing").await.expect("exists"));
+            // "t/mod" is a prefix of "t/model" as text, not as a path.
+            assert!(!objects.exists("t/mod").await.expect("exists"));
+            objects
+                .get_path("t/model", &tmp.join("back/model"))
+                .await
+                .expect("get");
+            objects
+                .get_path("t/m.json", &tmp.join("back/m.json"))
+                .await
+                .expect("get");
+            assert!(matches!(
+                objects.get_path("t/nothing", &tmp.join("x")).await,
+                Err(Error::Missing { .. })
+            ));
+            let mut seen = Vec::new();
+            objects
+                .read_into("t/model", &mut |b| seen.extend_from_slice(b))
+                .await
+                .expect("read");
+            assert_eq!(seen, b"a.bin\0aaa\0odd [1]%.txt\0o\0sub/b.txt\0bb\0");
+            // Step names with brackets (fan-out children) work as keys.
+            objects
+                .put_path(&src.join("metrics.json"), "t/shard[0]/outputs/m")
+                .await
+                .expect("put");
+            assert!(
+                objects
+                    .exists("t/shard[0]/outputs/m")
+                    .await
+                    .expect("exists")
+            );
+        });
+        assert_eq!(
+            std::fs::read(tmp.join("back/model/sub/b.txt")).expect("read"),
+            b"bb"
+        );
+        assert_eq!(std::fs::read(tmp.join("back/m.json")).expect("read"), b"{}");
+        assert_eq!(
+            std::fs::read(tmp.join("back/model/odd [1]%.txt")).expect("read"),
+            b"o"
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn other_schemes_are_refused_by_name() {
+        let e = Objects::open("gs://bucket").expect_err("refused");
+        assert!(e.to_string().contains("gs://bucket"), "{e}");
+        assert!(Objects::open("file://relative/path").is_err());
+    }
+}
