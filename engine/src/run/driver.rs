@@ -693,7 +693,7 @@ impl Driver {
                 continue;
             }
             if let Some(when) = &step.when {
-                let scope = self.scope();
+                let scope = self.scope(idx);
                 let row = &self.rows[idx];
                 let mut sink = Vec::new();
                 let dir = PathBuf::new();
@@ -769,13 +769,20 @@ impl Driver {
         None
     }
 
-    fn scope(&self) -> Scope<'_> {
+    /// What templates of row `idx` can read. `{{run.state}}` is worked out (a scan of every
+    /// row) only for onExit steps, the only ones that see the run's end; others read `Running`.
+    fn scope(&self, idx: usize) -> Scope<'_> {
+        let run_state = if self.is_on_exit(&self.rows[idx]) {
+            self.run_state_so_far()
+        } else {
+            rs::RUNNING
+        };
         Scope {
             run: &self.run,
             params: &self.params,
             rows: &self.rows,
             by_name: &self.by_name,
-            run_state: self.run_state_so_far(),
+            run_state,
         }
     }
 
@@ -897,7 +904,7 @@ impl Driver {
         let step = self.step_of(&self.rows[idx]).clone();
         let number = self.rows[idx].attempts + 1;
         let built = launch::build(
-            &self.scope(),
+            &self.scope(idx),
             &self.home,
             &step,
             &self.rows[idx],
@@ -1025,7 +1032,7 @@ impl Driver {
             .as_ref()
             .and_then(|c| c.key.as_ref())
             .and_then(|t| {
-                self.scope()
+                self.scope(idx)
                     .render(&self.rows[idx], t, &mut sink, Path::new(""))
                     .ok()
             });
