@@ -600,3 +600,50 @@ fn outputs_and_logs_go_to_the_object_store_the_run_was_given() {
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("gs://bucket/x"), "{}", out.stderr);
 }
+
+#[test]
+fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attempt_folder() {
+    let sb = Sandbox::new("follow");
+    // `wait` starts only once the test has begun following it: its lines are then printed
+    // live. Attempt 1 fails, attempt 2 succeeds.
+    sb.write(
+        "p.yaml",
+        &pipeline("f", "  steps:\n    - name: gate\n      run: while [ ! -e go ]; do sleep 0.05; done\n    - name: wait\n      needs: [gate]\n      retry: {limit: 1, backoff: 1s}\n      run: echo line-$SLUICE_ATTEMPT; test $SLUICE_ATTEMPT = 2\n"),
+    );
+    let out = sb.run(&["run", "p.yaml", "--detach", "--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let id = v["id"].as_str().expect("an id").to_owned();
+    // Follow a step that has not started yet: it waits, then prints both attempts.
+    let follower = sb
+        .cmd(&["logs", &id, "wait", "-f"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("logs -f starts");
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(sb.path().join("go"), b"").expect("write go");
+    let out = follower.wait_with_output().expect("logs -f ends");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].ends_with(" out line-1"), "{text}");
+    assert_eq!(lines[1], "--- attempt 2 ---", "{text}");
+    assert!(lines[2].ends_with(" out line-2"), "{text}");
+    // `logs -f` returned because the step ended; the run ends too.
+    wait_for(|| step_states(&sb.status(&id)).get("wait").map(String::as_str) == Some("Succeeded"));
+    wait_for(|| sb.status(&id)["state"] == "Succeeded");
+    let runs: serde_json::Value =
+        serde_json::from_str(&sb.run(&["runs", "--output", "json"]).stdout).expect("JSON");
+    assert_eq!(runs[0]["id"], id.as_str());
+    assert_eq!(runs[0]["state"], "Succeeded");
+    assert!(
+        runs[0].get("steps").is_none(),
+        "runs lists runs without steps: {runs}"
+    );
+
+    // With the attempt folders gone, the log is read from the object store.
+    std::fs::remove_dir_all(sb.home().join("attempts")).expect("attempts exist");
+    let out = sb.run(&["logs", &id, "wait", "--attempt", "1"]);
+    assert!(out.stdout.contains(" out line-1"), "{}", out.stdout);
+}

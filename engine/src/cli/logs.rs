@@ -1,6 +1,6 @@
 //! `sluice logs RUN [STEP] [-f] [--attempt N]`
 
-use std::io::{BufRead, Seek};
+use std::io::Seek;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,7 +43,12 @@ pub async fn run(store: &Store, args: &Args) -> Result<Outcome, Error> {
                         .unwrap_or_default();
                     return Err(Error::Usage(format!("run {id} has no step '{step}'{hint}")));
                 }
-                eprintln!("step '{step}' has not started yet");
+                if !args.follow {
+                    eprintln!("step '{step}' has not started yet");
+                    return Ok(Outcome::Success);
+                }
+                // Following a step that has not started: wait for its first attempt.
+                follow_step(store, &id, step, None).await?;
                 return Ok(Outcome::Success);
             }
             let pick = match args.attempt {
@@ -71,31 +76,34 @@ pub async fn run(store: &Store, args: &Args) -> Result<Outcome, Error> {
         }
     }
     let prefix = args.step.is_none();
+    let mut shown = 0;
     for a in &chosen {
-        print_file(a, prefix)?;
+        shown = print_file(store, &id, a, prefix).await?;
     }
     if args.follow
-        && let [one] = chosen.as_slice()
+        && let (Some(step), [one]) = (&args.step, chosen.as_slice())
     {
-        follow(store, &id, one).await?;
+        follow_step(store, &id, step, Some((one.number, shown))).await?;
     }
     Ok(Outcome::Success)
 }
 
-fn print_file(a: &AttemptRow, prefix: bool) -> Result<u64, Error> {
-    let path = log_path(a);
-    let Ok(file) = std::fs::File::open(&path) else {
-        return Ok(0);
+/// Prints an attempt's log: from its folder, or, once that is gone, from the object store
+/// the runtime's log was kept in. Returns how many bytes of the local file were printed.
+async fn print_file(store: &Store, run: &str, a: &AttemptRow, prefix: bool) -> Result<u64, Error> {
+    let text = match std::fs::read(log_path(a)) {
+        Ok(bytes) => bytes,
+        Err(_) => stored_log(store, run, a).await.unwrap_or_default(),
     };
-    let mut read = 0u64;
+    let read = text.len() as u64;
     output::text(|out| {
-        for line in std::io::BufReader::new(&file).lines() {
-            let line = line?;
-            read += line.len() as u64 + 1;
+        for line in text.split_inclusive(|b| *b == b'\n') {
             if prefix {
-                writeln!(out, "[{} #{}] {line}", a.step, a.number)?;
-            } else {
-                writeln!(out, "{line}")?;
+                write!(out, "[{} #{}] ", a.step, a.number)?;
+            }
+            out.write_all(line)?;
+            if !line.ends_with(b"\n") {
+                writeln!(out)?;
             }
         }
         Ok(())
@@ -104,33 +112,75 @@ fn print_file(a: &AttemptRow, prefix: bool) -> Result<u64, Error> {
     Ok(read)
 }
 
-/// Prints lines as they are appended, until the attempt has ended and the file is drained.
-async fn follow(store: &Store, run: &str, a: &AttemptRow) -> Result<(), Error> {
-    let path = log_path(a);
-    let mut offset = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+/// The copy of an ended attempt's log in the run's object store, if there is one.
+async fn stored_log(store: &Store, run: &str, a: &AttemptRow) -> Option<Vec<u8>> {
+    let row = store.run(run).await.ok()?;
+    let objects = sluice_runtime::objects::Objects::open(&row.objects).ok()?;
+    let key = format!(
+        "{}/logs/output.log",
+        crate::run::launch::object_key(&row.team, run, &a.step, a.number)
+    );
+    objects.get_bytes(&key).await.ok().flatten()
+}
+
+/// Prints a step's output as it is written, across its attempts (a retry's lines follow a
+/// `--- attempt N ---` line), until the step has ended and its last log is drained.
+/// `from`: the attempt already printed and how many bytes of it.
+async fn follow_step(
+    store: &Store,
+    run: &str,
+    step: &str,
+    mut from: Option<(i64, u64)>,
+) -> Result<(), Error> {
     loop {
-        let ended = store
-            .attempts(run)
-            .await?
+        let steps = store.steps(run).await?;
+        let finished = steps
             .iter()
-            .find(|x| x.step == a.step && x.number == a.number)
-            .is_none_or(|x| x.state != attempt::RUNNING);
-        if let Ok(mut f) = std::fs::File::open(&path) {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            if len > offset {
-                f.seek(std::io::SeekFrom::Start(offset))
-                    .map_err(Error::output)?;
-                let mut buf = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut buf).map_err(Error::output)?;
-                // Print whole lines only; keep a partial last line for the next round.
-                let upto = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-                output::text(|out| out.write_all(&buf[..upto])).map_err(Error::output)?;
-                offset += upto as u64;
+            .find(|s| s.name == step)
+            .is_none_or(|s| crate::run::state::step::is_terminal(&s.state));
+        let attempts = store.attempts(run).await?;
+        let latest = attempts
+            .iter()
+            .filter(|a| a.step == step)
+            .max_by_key(|a| a.number);
+        if let Some(a) = latest {
+            let offset = match from {
+                Some((n, offset)) if n == a.number => offset,
+                Some(_) => {
+                    output::text(|out| writeln!(out, "--- attempt {} ---", a.number))
+                        .map_err(Error::output)?;
+                    0
+                }
+                None => 0,
+            };
+            let ended = a.state != attempt::RUNNING;
+            let offset = drain(&log_path(a), offset)?;
+            from = Some((a.number, offset));
+            if ended && finished {
+                return Ok(());
             }
-        }
-        if ended {
+        } else if finished {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Prints the whole lines appended to `path` after `offset`; returns the new offset.
+fn drain(path: &std::path::Path, offset: u64) -> Result<u64, Error> {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Ok(offset);
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len <= offset {
+        return Ok(offset);
+    }
+    f.seek(std::io::SeekFrom::Start(offset))
+        .map_err(Error::output)?;
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut buf).map_err(Error::output)?;
+    // Whole lines only; a partial last line waits for the next round.
+    let upto = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    output::text(|out| out.write_all(&buf[..upto])).map_err(Error::output)?;
+    Ok(offset + upto as u64)
 }

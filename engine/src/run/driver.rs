@@ -763,7 +763,17 @@ impl Driver {
         for need in &step.needs {
             let c = self.counts.get(&need.step).copied().unwrap_or_default();
             if c.satisfied < c.total {
-                return Some(Blocked::Cancel(format!("upstream '{}' failed", need.step)));
+                let how = match self
+                    .by_name
+                    .get(&need.step)
+                    .map(|&i| self.rows[i].state.as_str())
+                {
+                    Some(st::FAILED) => "failed",
+                    Some(st::CANCELLED) => "was cancelled",
+                    // A fan-out: some of its children did not succeed.
+                    _ => "did not succeed",
+                };
+                return Some(Blocked::Cancel(format!("upstream '{}' {how}", need.step)));
             }
         }
         None
