@@ -57,15 +57,17 @@ CREATE TABLE attempts (
 
 CREATE INDEX attempts_running ON attempts (state);
 
+-- Append-only. `id` orders events (SQLite's rowid here; an identity column in PostgreSQL), so
+-- appending needs no read first.
 CREATE TABLE events (
+    id              INTEGER PRIMARY KEY,
     run_id          TEXT NOT NULL,
-    seq             BIGINT NOT NULL,
     at              TEXT NOT NULL,
     step            TEXT,
     kind            TEXT NOT NULL,
-    detail          TEXT,
-    PRIMARY KEY (run_id, seq)
+    detail          TEXT
 );
+CREATE INDEX events_by_run ON events (run_id, id);
 
 CREATE TABLE cache (
     team            TEXT NOT NULL,

@@ -647,3 +647,55 @@ fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attemp
     let out = sb.run(&["logs", &id, "wait", "--attempt", "1"]);
     assert!(out.stdout.contains(" out line-1"), "{}", out.stdout);
 }
+
+/// The runtime pid recorded in the lock of attempt 1 of `step` (the only run in `home`).
+fn runtime_pid_of(home: &std::path::Path, step: &str) -> Option<u32> {
+    let runs = std::fs::read_dir(home.join("attempts")).ok()?;
+    for run in runs.flatten() {
+        let text = std::fs::read(run.path().join(format!("{step}.1/lock"))).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+        return v["runtime_pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok());
+    }
+    None
+}
+
+#[test]
+fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
+    let sb = Sandbox::new("lostrt");
+    // Attempt 1 ticks forever; attempt 2 finishes at once.
+    sb.write(
+        "p.yaml",
+        &pipeline("l", "  steps:\n    - name: tick\n      run: if [ $SLUICE_ATTEMPT = 1 ]; then while true; do echo x >> ticks; sleep 0.05; done; fi; echo done > finished\n"),
+    );
+    let mut engine = sb
+        .cmd(&["run", "p.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sluice run starts");
+    wait_for(|| sb.path().join("ticks").exists());
+    let runtime = runtime_pid_of(&sb.home(), "tick").expect("the attempt records its runtime");
+    signal(runtime, "KILL");
+    let status = engine.wait().expect("the engine ends");
+    assert_eq!(status.code(), Some(0));
+    assert!(sb.path().join("finished").exists());
+    // The first attempt's program was ended with its runtime: no more ticks.
+    let n = std::fs::read_to_string(sb.path().join("ticks"))
+        .expect("ticks")
+        .len();
+    std::thread::sleep(Duration::from_millis(300));
+    let m = std::fs::read_to_string(sb.path().join("ticks"))
+        .expect("ticks")
+        .len();
+    assert_eq!(n, m, "the lost attempt's program still runs");
+    let status = sb.status(&sb.last_run());
+    let attempts = status["steps"][0]["attempts"]
+        .as_array()
+        .expect("attempts")
+        .clone();
+    assert_eq!(attempts.len(), 2, "{status}");
+    assert_eq!(attempts[0]["state"], "Lost", "{status}");
+    assert_eq!(attempts[1]["state"], "Succeeded", "{status}");
+}

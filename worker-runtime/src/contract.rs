@@ -9,7 +9,8 @@
 //! | `lock` | runtime: created and locked (flock) first, held for the runtime's whole life, so "is the lock free?" tells whether it still runs; once the program is spawned the runtime writes [`Started`] into it as JSON (an empty lock: the program never started) | |
 //! | `output.log` | runtime | while the program runs (created at the first line): one line per output line, `RFC3339 stream text` |
 //! | `metrics.jsonl` | the program (`$SLUICE_METRICS_FILE`) and the runtime (stdout `NAME=VALUE`) | while the program runs |
-//! | `result.json` ([`Result`]) | runtime | last, atomically (write, fsync, rename): the attempt has ended |
+//! | `terminate` | engine | to stop the attempt: the runtime checks for it every 50 ms |
+//! | `result.json` ([`Result`]) | runtime | last, atomically (write, rename): the attempt has ended |
 //!
 //! The engine never acts on an attempt without reading these files: after a crash it learns
 //! everything it needs from them, which is how steps outlive the engine.
@@ -26,6 +27,9 @@ pub const LAUNCH_FILE: &str = "launch.json";
 pub const LOCK_FILE: &str = "lock";
 
 pub const RESULT_FILE: &str = "result.json";
+/// Created by the engine to stop an attempt (cancel, failFast, preemption): the runtime sends
+/// SIGTERM to the program's group, waits the grace period, then SIGKILL, and ends `Terminated`.
+pub const TERMINATE_FILE: &str = "terminate";
 pub const LOG_FILE: &str = "output.log";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 

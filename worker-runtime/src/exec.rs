@@ -42,8 +42,31 @@ pub enum Exec {
     Skipped,
 }
 
-/// Runs the attempt in `dir`.
+/// Runs the attempt in `dir` as this process's only work (`sluice-runtime exec DIR`): SIGTERM
+/// to this process ends the attempt cleanly.
 pub fn exec(dir: &Path) -> Result<Exec, Error> {
+    let term = signals()?;
+    attempt(dir, &term)
+}
+
+/// SIGTERM sets the returned flag; SIGINT and SIGHUP (a terminal's Ctrl-C or hang-up) do
+/// nothing: attempts outlive the terminal and the engine that started them.
+pub fn signals() -> Result<Arc<AtomicBool>, Error> {
+    let term = Arc::new(AtomicBool::new(false));
+    let ignored = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGTERM, &term),
+        (signal_hook::consts::SIGINT, &ignored),
+        (signal_hook::consts::SIGHUP, &ignored),
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(flag)).map_err(io("cannot handle signals"))?;
+    }
+    Ok(term)
+}
+
+/// Runs the attempt in `dir`. It ends `Terminated` when `term` is set (SIGTERM to the runtime)
+/// or when the engine asks by creating `DIR/terminate`.
+pub fn attempt(dir: &Path, term: &AtomicBool) -> Result<Exec, Error> {
     let mut lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -60,17 +83,6 @@ pub fn exec(dir: &Path) -> Result<Exec, Error> {
     if dir.join("abandoned").exists() || dir.join(contract::RESULT_FILE).exists() {
         return Ok(Exec::Skipped);
     }
-    // SIGTERM ends the attempt cleanly; SIGINT and SIGHUP (a terminal's Ctrl-C or hang-up) do
-    // nothing: attempts outlive the terminal and the engine that started them.
-    let term = Arc::new(AtomicBool::new(false));
-    let ignored = Arc::new(AtomicBool::new(false));
-    for (sig, flag) in [
-        (signal_hook::consts::SIGTERM, &term),
-        (signal_hook::consts::SIGINT, &ignored),
-        (signal_hook::consts::SIGHUP, &ignored),
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(flag)).map_err(io("cannot handle signals"))?;
-    }
     let started_at = now_rfc3339();
     let launch: Launch = match std::fs::read(dir.join(contract::LAUNCH_FILE))
         .map_err(|e| e.to_string())
@@ -85,7 +97,7 @@ pub fn exec(dir: &Path) -> Result<Exec, Error> {
             return Ok(Exec::Ran);
         }
     };
-    let result = run(dir, &launch, &started_at, &term, &mut lock)?;
+    let result = run(dir, &launch, &started_at, term, &mut lock)?;
     write_result(dir, result)?;
     drop(lock);
     Ok(Exec::Ran)
@@ -194,6 +206,12 @@ fn run(
             "nothing to run: the command is empty".into(),
         ));
     };
+    // Stopped before it started (a cancel that raced the start): do not start it at all.
+    if term.load(Ordering::Relaxed) || dir.join(contract::TERMINATE_FILE).exists() {
+        let mut result = failed(started_at, "stopped before the program started".into());
+        result.end = End::Terminated;
+        return Ok(result);
+    }
     let spawned = Command::new(program)
         .args(args)
         .current_dir(&launch.workdir)
@@ -266,6 +284,7 @@ fn run(
     });
 
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    let terminate_file = dir.join(contract::TERMINATE_FILE);
     let begin = Instant::now();
     let timeout = launch.timeout_ms.map(Duration::from_millis);
     let grace = Duration::from_millis(launch.grace_ms);
@@ -280,7 +299,7 @@ fn run(
         }
         match stopping {
             None => {
-                let why = if term.load(Ordering::Relaxed) {
+                let why = if term.load(Ordering::Relaxed) || terminate_file.exists() {
                     Some(End::Terminated)
                 } else if timeout.is_some_and(|t| begin.elapsed() >= t) {
                     Some(End::Timeout)

@@ -10,4 +10,5 @@ pub mod exec;
 mod files;
 mod metrics;
 pub mod objects;
+pub mod serve;
 pub mod time;

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use sluice_runtime::contract::{self, End, Launch};
 use sluice_runtime::objects::Objects;
+
+use super::server::{Note, Server};
 use tokio::sync::mpsc;
 
 use super::launch::{self, Scope, Stop};
@@ -77,13 +79,9 @@ impl Watcher for Silent {
 
 struct Live {
     attempt: AttemptRow,
-    /// Started by this engine: its end arrives on the channel; else polled through its lock.
-    child: Option<u32>,
-}
-
-struct Exited {
-    step: String,
-    number: i64,
+    /// The generation of this engine's runtime it was handed to: its end arrives as a note.
+    /// None (reattached after a restart, or its runtime is gone): polled through its lock.
+    ours: Option<u64>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -109,8 +107,12 @@ pub struct Driver {
     dirty: VecDeque<usize>,
     queued: BTreeSet<usize>,
     live: HashMap<String, Live>,
-    tx: mpsc::UnboundedSender<Exited>,
-    rx: mpsc::UnboundedReceiver<Exited>,
+    tx: mpsc::UnboundedSender<Note>,
+    rx: mpsc::UnboundedReceiver<Note>,
+    /// The run's `sluice-runtime serve`, started at the first attempt.
+    server: Option<Server>,
+    /// How many runtimes this engine has started.
+    generations: u64,
     owner: String,
     capacity: (i64, i64),
     grace_ms: u64,
@@ -253,6 +255,8 @@ impl Driver {
             live: HashMap::new(),
             tx,
             rx,
+            server: None,
+            generations: 0,
             owner,
             capacity: machine_capacity(),
             grace_ms: 30_000,
@@ -400,7 +404,7 @@ impl Driver {
                         a.step.clone(),
                         Live {
                             attempt: a,
-                            child: None,
+                            ours: None,
                         },
                     );
                 }
@@ -409,7 +413,7 @@ impl Driver {
                         a.step.clone(),
                         Live {
                             attempt: a.clone(),
-                            child: None,
+                            ours: None,
                         },
                     );
                     self.finish_attempt(&a.step, Some(*result)).await?;
@@ -419,7 +423,7 @@ impl Driver {
                         a.step.clone(),
                         Live {
                             attempt: a.clone(),
-                            child: None,
+                            ours: None,
                         },
                     );
                     self.lose_attempt(&a.step, reason).await?;
@@ -464,7 +468,7 @@ impl Driver {
                 return Ok(Ending::Ended(state));
             }
             let mut wait = Duration::from_secs(1);
-            if self.live.values().any(|l| l.child.is_none()) {
+            if self.live.values().any(|l| l.ours.is_none()) {
                 wait = wait.min(REATTACHED_POLL);
             }
             if let Some(nb) = self.next_not_before() {
@@ -488,12 +492,15 @@ impl Driver {
                 }
             };
             tokio::select! {
-                Some(exit) = self.rx.recv() => {
-                    if self.live.get(&exit.step).is_some_and(|l| l.attempt.number == exit.number) {
-                        let result = read_result(Path::new(&self.live[&exit.step].attempt.dir));
-                        self.finish_attempt(&exit.step, result).await?;
+                Some(note) = self.rx.recv() => match note {
+                    Note::Ended { step, number } => {
+                        if self.live.get(&step).is_some_and(|l| l.attempt.number == number) {
+                            let result = read_result(Path::new(&self.live[&step].attempt.dir));
+                            self.finish_attempt(&step, result).await?;
+                        }
                     }
-                }
+                    Note::Gone { generation } => self.runtime_gone(generation),
+                },
                 Some(()) = interrupt => {
                     presses += 1;
                     if presses >= 2 {
@@ -970,24 +977,14 @@ impl Driver {
         self.rows[idx].not_before = None;
         self.rows[idx].started_at = row.started_at.clone();
         self.set_state(idx, st::RUNNING, None);
-        let child = launch::spawn(&dir);
-        match child {
-            Ok(mut child) => {
-                let pid = child.id();
-                let tx = self.tx.clone();
-                let (name, n) = (attempt.step.clone(), number);
-                tokio::spawn(async move {
-                    let _ = child.wait().await;
-                    let _ = tx.send(Exited {
-                        step: name,
-                        number: n,
-                    });
-                });
+        let handed = self.hand_over(number, &attempt.step, &dir).await;
+        match handed {
+            Ok(generation) => {
                 self.live.insert(
                     attempt.step.clone(),
                     Live {
                         attempt,
-                        child: pid,
+                        ours: Some(generation),
                     },
                 );
                 watcher.step(&self.rows[idx], self.rows.len(), 0);
@@ -998,7 +995,7 @@ impl Driver {
                     attempt.step.clone(),
                     Live {
                         attempt: attempt.clone(),
-                        child: None,
+                        ours: None,
                     },
                 );
                 let result = contract::Result {
@@ -1070,6 +1067,48 @@ impl Driver {
         Ok(false)
     }
 
+    /// Hands a prepared, committed attempt to the run's runtime, starting one if needed. A
+    /// runtime that went away is replaced once.
+    async fn hand_over(&mut self, number: i64, step: &str, dir: &Path) -> std::io::Result<u64> {
+        for _ in 0..2 {
+            if self.server.is_none() {
+                self.generations += 1;
+                let run_dir = self.home.join("attempts").join(&self.run.id);
+                self.server = Some(Server::start(&run_dir, self.generations, self.tx.clone())?);
+            }
+            if let Some(server) = self.server.as_mut() {
+                let generation = server.generation;
+                match server.submit(number, step, dir).await {
+                    Ok(()) => return Ok(generation),
+                    Err(e) => {
+                        tracing::warn!(
+                            "the runtime stopped taking attempts ({e}); starting another"
+                        );
+                        self.runtime_gone(generation);
+                    }
+                }
+            }
+        }
+        Err(std::io::Error::other("the runtime stopped taking attempts"))
+    }
+
+    /// The runtime process ended: what it was running is watched through the attempts' locks
+    /// (a result if they ended, lost if not), and the next attempt starts a new one.
+    fn runtime_gone(&mut self, generation: u64) {
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.generation == generation)
+        {
+            self.server = None;
+        }
+        for live in self.live.values_mut() {
+            if live.ours == Some(generation) {
+                live.ours = None;
+            }
+        }
+    }
+
     /// Keeps the attempt's log in the object store once it has ended (at
     /// `OBJECTS/logs/output.log`). A failure is logged, not fatal: the log stays readable in
     /// the attempt's folder.
@@ -1088,7 +1127,7 @@ impl Driver {
         let watched: Vec<(String, PathBuf)> = self
             .live
             .iter()
-            .filter(|(_, l)| l.child.is_none())
+            .filter(|(_, l)| l.ours.is_none())
             .map(|(n, l)| (n.clone(), PathBuf::from(&l.attempt.dir)))
             .collect();
         for (name, dir) in watched {
@@ -1316,7 +1355,19 @@ fn probe(dir: &Path) -> std::io::Result<Probe> {
     if let Some(result) = read_result(dir) {
         return Ok(Probe::Ended(Box::new(result)));
     }
-    if std::fs::metadata(dir.join(contract::LOCK_FILE)).is_ok_and(|m| m.len() > 0) {
+    if let Ok(text) = std::fs::read(dir.join(contract::LOCK_FILE))
+        && !text.is_empty()
+    {
+        // The runtime died (SIGKILL, OOM) but its program may live on in its own group: end
+        // it, so that a lost attempt never runs beside the one that replaces it.
+        if let Ok(started) = serde_json::from_slice::<contract::Started>(&text)
+            && let Ok(group) = i32::try_from(started.pid)
+        {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(group),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         return Ok(Probe::Vanished(
             "the runtime stopped without recording the end".into(),
         ));
@@ -1333,18 +1384,13 @@ fn read_result(dir: &Path) -> Option<contract::Result> {
     serde_json::from_slice(&text).ok()
 }
 
-/// SIGTERM to an attempt's runtime, which passes it to the program and ends `Terminated`.
+/// Asks an attempt's runtime to stop it (SIGTERM to the program's group, the grace period,
+/// SIGKILL; the attempt ends `Terminated`), through a file in its folder: that reaches a
+/// runtime this engine started and one it reattached to alike.
 fn terminate(live: &Live) {
-    let pid = live.child.or_else(|| {
-        let text = std::fs::read(Path::new(&live.attempt.dir).join(contract::LOCK_FILE)).ok()?;
-        let started: contract::Started = serde_json::from_slice(&text).ok()?;
-        Some(started.runtime_pid)
-    });
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+    let file = Path::new(&live.attempt.dir).join(contract::TERMINATE_FILE);
+    if let Err(e) = std::fs::write(&file, b"") {
+        tracing::warn!("cannot ask {} to stop: {e}", live.attempt.dir);
     }
 }
 

@@ -1,5 +1,5 @@
 //! From a step instance to a started attempt: templates rendered, inputs listed, the
-//! attempt's folder and `launch.json` written, and `sluice-runtime exec` started.
+//! attempt's folder and `launch.json` written (the run's runtime, `run::server`, starts it).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -273,26 +273,6 @@ pub fn runtime_binary() -> PathBuf {
         return PathBuf::from(p);
     }
     PathBuf::from("sluice-runtime")
-}
-
-/// Starts `sluice-runtime exec DIR` in its own process group, so that it outlives this
-/// engine and a Ctrl-C in its terminal.
-pub fn spawn(dir: &Path) -> std::io::Result<tokio::process::Child> {
-    // One file per run for what runtimes print themselves (they report through result.json;
-    // this is for the unexpected), appended to by each.
-    let err = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.parent().unwrap_or(dir).join("runtime.err"))?;
-    let mut cmd = tokio::process::Command::new(runtime_binary());
-    cmd.arg("exec")
-        .arg(dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(err)
-        .process_group(0)
-        .kill_on_drop(false);
-    cmd.spawn()
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod driver;
 pub mod launch;
+pub mod server;
 pub mod state;
 pub mod submit;
 

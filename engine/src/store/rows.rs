@@ -139,7 +139,7 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
 
 const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, reason, attempts, retries_used, not_before, metrics, outputs, cache_key, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const UPDATE_STEP: &str = "UPDATE steps SET state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
-const INSERT_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, pid, exit_code, signal, reason, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running') AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
 const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
@@ -204,24 +204,21 @@ async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[Event]) -> Result<(
     if events.is_empty() {
         return Ok(());
     }
-    let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?")
-        .bind(run)
-        .fetch_one(&mut **tx)
-        .await?
-        .get(0);
     let at = crate::time::now_rfc3339();
-    for (i, e) in events.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO events (run_id, seq, at, step, kind, detail) VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(run)
-        .bind(next + i as i64)
-        .bind(&at)
-        .bind(&e.step)
-        .bind(&e.kind)
-        .bind(&e.detail)
-        .execute(&mut **tx)
-        .await?;
+    // One statement for them all (the state store is a round trip per statement); chunks keep
+    // it under SQLite's limit of bound parameters.
+    for chunk in events.chunks(1000) {
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO events (run_id, at, step, kind, detail) ",
+        );
+        q.push_values(chunk, |mut row, e| {
+            row.push_bind(run)
+                .push_bind(&at)
+                .push_bind(&e.step)
+                .push_bind(&e.kind)
+                .push_bind(&e.detail);
+        });
+        q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
@@ -376,17 +373,10 @@ impl Store {
         capacity: (i64, i64),
     ) -> Result<bool, Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let used = sqlx::query("SELECT COALESCE(SUM(millicpu), 0), COALESCE(SUM(memory), 0) FROM attempts WHERE state = 'Running'")
-            .fetch_one(&mut *tx)
-            .await?;
-        let (cpu, mem): (i64, i64) = (used.get(0), used.get(1));
-        let fits = cpu + attempt.millicpu <= capacity.0 && mem + attempt.memory <= capacity.1;
-        // A step larger than the whole machine still runs, alone, rather than never.
-        let alone = cpu == 0 && mem == 0;
-        if !fits && !alone {
-            return Ok(false);
-        }
-        sqlx::query(INSERT_ATTEMPT)
+        // Reserve and record in one statement: the row is inserted only if the pool has room
+        // (what running attempts hold, plus this one, within capacity), or if nothing runs: a
+        // step larger than the whole machine still runs, alone, rather than never.
+        let inserted = sqlx::query(START_ATTEMPT)
             .bind(run)
             .bind(&attempt.step)
             .bind(attempt.number)
@@ -400,8 +390,16 @@ impl Store {
             .bind(&attempt.reason)
             .bind(&attempt.started_at)
             .bind(&attempt.ended_at)
+            .bind(attempt.millicpu)
+            .bind(capacity.0)
+            .bind(attempt.memory)
+            .bind(capacity.1)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+        if inserted == 0 {
+            return Ok(false);
+        }
         update_step(&mut tx, run, step).await?;
         insert_events(
             &mut tx,
