@@ -650,15 +650,15 @@ fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attemp
 
 /// The runtime pid recorded in the lock of attempt 1 of `step` (the only run in `home`).
 fn runtime_pid_of(home: &std::path::Path, step: &str) -> Option<u32> {
-    let runs = std::fs::read_dir(home.join("attempts")).ok()?;
-    for run in runs.flatten() {
-        let text = std::fs::read(run.path().join(format!("{step}.1/lock"))).ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
-        return v["runtime_pid"]
-            .as_u64()
-            .and_then(|p| u32::try_from(p).ok());
-    }
-    None
+    let run = std::fs::read_dir(home.join("attempts"))
+        .ok()?
+        .flatten()
+        .next()?;
+    let text = std::fs::read(run.path().join(format!("{step}.1/lock"))).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    v["runtime_pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
 }
 
 #[test]
