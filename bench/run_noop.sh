@@ -7,7 +7,11 @@
 # Run from the repository's root:   bash bench/run_noop.sh
 # Knobs (environment): STEPS="1000 10000"  PARALLELISM=2  RUNS=3  NO_BUILD=1
 #   SLUICE=PATH (default target/release/sluice; sluice-runtime is taken from beside it)
-#   KEEP=1 keeps the homes (bench/out/noop-*) for a look at what a run leaves
+#   KEEP=1 keeps the homes (printed at the end) for a look at what a run leaves
+#
+# Homes are fresh folders of one temporary folder, deleted only at the end: ext4 slows down
+# creating files next to many just-deleted ones (it skips "recently deleted" inodes), and
+# deleting a 10,000-step home between runs made the next run 2.5x slower.
 #
 # Wall time: bash's microsecond clock around the command, median of RUNS. Peak RSS: GNU
 # /usr/bin/time -f %M of the `sluice run` process (its own, not the runtimes').
@@ -47,7 +51,12 @@ PY
 
 RSS_FILE=$(mktemp)
 ERR=$(mktemp)
-trap 'rm -f "$RSS_FILE" "$ERR"' EXIT
+HOMES=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
+if [[ -n ${KEEP:-} ]]; then
+  trap 'rm -f "$RSS_FILE" "$ERR"; log "homes kept in $HOMES"' EXIT
+else
+  trap 'rm -f "$RSS_FILE" "$ERR"; rm -rf "$HOMES"' EXIT
+fi
 
 echo "| steps | what | wall s | ratio to xargs | ms/step | engine peak RSS MiB |"
 echo "| ---: | --- | ---: | ---: | ---: | ---: |"
@@ -64,8 +73,7 @@ for n in $STEPS; do
   floor_us=$(printf '%s\n' "${floor[@]}" | median)
   walls=(); rss=()
   for r in $(seq "$RUNS"); do
-    home=$OUT/noop-$n-home-$r
-    rm -rf "$home"
+    home=$HOMES/noop-$n-$r
     log "$n steps, run $r of $RUNS"
     t0=${EPOCHREALTIME//[.,]/}
     SLUICE_HOME=$home /usr/bin/time -f '%M' -o "$RSS_FILE" "$SLUICE" run "$file" >/dev/null 2>"$ERR" \
@@ -73,7 +81,6 @@ for n in $STEPS; do
     t1=${EPOCHREALTIME//[.,]/}
     walls+=($((t1 - t0)))
     rss+=("$(tail -n 1 "$RSS_FILE")")
-    [[ -n ${KEEP:-} ]] || rm -rf "$home"
   done
   wall_us=$(printf '%s\n' "${walls[@]}" | median)
   rss_kib=$(printf '%s\n' "${rss[@]}" | median)
