@@ -699,3 +699,56 @@ fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
     assert_eq!(attempts[0]["state"], "Lost", "{status}");
     assert_eq!(attempts[1]["state"], "Succeeded", "{status}");
 }
+
+#[test]
+fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder() {
+    let sb = Sandbox::new("relhome");
+    std::fs::create_dir_all(sb.path().join("pipelines")).expect("mkdir");
+    sb.write(
+        "pipelines/p.yaml",
+        &pipeline("r", "  steps:\n    - name: make\n      run: echo 7 > $SLUICE_OUTPUT_DIR/n\n      outputs: [n]\n    - name: use\n      needs: [make]\n      run: cat {{steps.make.outputs.n}} > got\n"),
+    );
+    // No SLUICE_HOME: the default ./.sluice of the current folder, while steps run in the
+    // pipeline's folder.
+    let out = sb
+        .cmd(&["run", "pipelines/p.yaml"])
+        .env_remove("SLUICE_HOME")
+        .output()
+        .expect("sluice runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sb.path().join(".sluice/sluice.db").exists());
+    assert_eq!(
+        std::fs::read_to_string(sb.path().join("pipelines/got")).expect("use ran"),
+        "7\n"
+    );
+    // A relative --home works the same.
+    let out = sb
+        .cmd(&["--home", "h", "run", "pipelines/p.yaml"])
+        .env_remove("SLUICE_HOME")
+        .output()
+        .expect("sluice runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sb.path().join("h/sluice.db").exists());
+    // And a relative object store URL, as the Cluster example writes one.
+    let out = sb
+        .cmd(&["run", "pipelines/p.yaml", "--objects", "file://store"])
+        .output()
+        .expect("sluice runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sb.path().join("store/teams/default/runs").exists());
+}

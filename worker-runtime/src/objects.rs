@@ -142,14 +142,7 @@ impl Objects {
     /// Downloads the object at `key` to the file `local`, or every object under `key/` into
     /// the folder `local`. Nothing stored there is an error.
     pub async fn get_path(&self, key: &str, local: &Path) -> Result<(), Error> {
-        let objects = self.list(key).await?;
-        if objects.is_empty() {
-            return Err(Error::Missing {
-                url: self.url.clone(),
-                key: key.to_owned(),
-            });
-        }
-        for (rel, object) in objects {
+        for (rel, object) in self.list_some(key).await? {
             let to = if rel.is_empty() {
                 local.to_owned()
             } else {
@@ -196,14 +189,7 @@ impl Objects {
     /// Feeds the content at `key` to `sink`: for a folder, each object's relative name and
     /// bytes in name order, so that equal trees give equal sequences (cache keys).
     pub async fn read_into(&self, key: &str, sink: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
-        let objects = self.list(key).await?;
-        if objects.is_empty() {
-            return Err(Error::Missing {
-                url: self.url.clone(),
-                key: key.to_owned(),
-            });
-        }
-        for (rel, object) in objects {
+        for (rel, object) in self.list_some(key).await? {
             sink(rel.as_bytes());
             sink(b"\0");
             let got = self
@@ -233,6 +219,18 @@ impl Objects {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.err("read", key)(e)),
         }
+    }
+
+    /// [`Self::list`], where nothing stored is an error.
+    async fn list_some(&self, key: &str) -> Result<Vec<(String, Key)>, Error> {
+        let objects = self.list(key).await?;
+        if objects.is_empty() {
+            return Err(Error::Missing {
+                url: self.url.clone(),
+                key: key.to_owned(),
+            });
+        }
+        Ok(objects)
     }
 
     /// The object at `key` (relative name "") or the objects under `key/` (names relative to

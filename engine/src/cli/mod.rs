@@ -94,7 +94,10 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Lint(args) => lint::run(args, cli.output),
         command => {
+            // Absolute: attempts' folders are handed to programs that run elsewhere (a step's
+            // working directory is its YAML file's folder).
             let home = cli.home.clone().unwrap_or_else(|| PathBuf::from(".sluice"));
+            let home = std::path::absolute(&home).unwrap_or(home);
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();

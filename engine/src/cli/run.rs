@@ -135,7 +135,17 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
         .unwrap_or_else(|| PathBuf::from("."));
     let store = Store::open(home).await?;
     let objects = match &args.objects {
-        Some(url) => url.clone(),
+        // `file://.sluice/objects` (as the Cluster example writes it): relative to here.
+        Some(url) => match url.strip_prefix("file://") {
+            Some(path) if !Path::new(path).is_absolute() => {
+                let path = std::path::absolute(path).map_err(|source| Error::Io {
+                    context: format!("cannot resolve {url}"),
+                    source,
+                })?;
+                format!("file://{}", path.display())
+            }
+            _ => url.clone(),
+        },
         None => {
             let home = std::fs::canonicalize(home).map_err(|source| Error::Io {
                 context: format!("cannot resolve {}", home.display()),

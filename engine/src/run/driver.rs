@@ -896,17 +896,7 @@ impl Driver {
                         "not started: a step failed (failFast)"
                     };
                     self.set_state(idx, st::CANCELLED, Some(why.into()));
-                    let row = self.rows[idx].clone();
-                    self.store
-                        .commit(
-                            &self.run.id,
-                            Change {
-                                steps: vec![&row],
-                                ..Change::default()
-                            },
-                        )
-                        .await?;
-                    watcher.step(&row, self.rows.len(), 0);
+                    self.commit_row(idx, watcher).await?;
                     continue;
                 }
                 if !self.start(idx, watcher).await? {
