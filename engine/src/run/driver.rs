@@ -113,6 +113,7 @@ pub struct Driver {
     server: Option<Server>,
     /// How many runtimes this engine has started.
     generations: u64,
+    pending: Pending,
     owner: String,
     capacity: (i64, i64),
     grace_ms: u64,
@@ -257,6 +258,7 @@ impl Driver {
             rx,
             server: None,
             generations: 0,
+            pending: Pending::default(),
             owner,
             capacity: machine_capacity(),
             grace_ms: 30_000,
@@ -439,15 +441,11 @@ impl Driver {
         for i in stranded {
             self.set_state(i, st::QUEUED, None);
             let row = self.rows[i].clone();
-            self.store
-                .commit(
-                    &self.run.id,
-                    Change {
-                        steps: vec![&row],
-                        ..Change::default()
-                    },
-                )
-                .await?;
+            self.commit(Change {
+                steps: vec![&row],
+                ..Change::default()
+            })
+            .await?;
         }
         Ok(())
     }
@@ -485,6 +483,8 @@ impl Driver {
                 ));
             }
             wait = wait.min(CANCEL_POLL);
+            // Nothing more to start now: what was decided is committed before waiting.
+            self.flush().await?;
             let interrupt = async {
                 match interrupts.as_mut() {
                     Some(rx) => rx.recv().await,
@@ -504,6 +504,7 @@ impl Driver {
                 Some(()) = interrupt => {
                     presses += 1;
                     if presses >= 2 {
+                        self.flush().await?;
                         self.store.release_lease(&self.run.id, &self.owner).await?;
                         watcher.note("second interrupt: leaving running steps to `sluice resume`");
                         return Ok(Ending::Detached);
@@ -538,6 +539,7 @@ impl Driver {
                     .take_lease(&self.run.id, &self.owner, now, now + LEASE_MS, false)
                     .await?
                 {
+                    self.flush().await?;
                     return Ok(Ending::Busy(holder));
                 }
             }
@@ -600,20 +602,16 @@ impl Driver {
                 .map(|r| format!("step '{}' failed", r.name))
         };
         let reason = if state == rs::SUCCEEDED { None } else { reason };
-        self.store
-            .commit(
-                &self.run.id,
-                Change {
-                    run_end: Some((state.to_owned(), reason)),
-                    events: vec![Event {
-                        step: None,
-                        kind: "ended".into(),
-                        detail: Some(state.to_owned()),
-                    }],
-                    ..Change::default()
-                },
-            )
-            .await?;
+        self.commit(Change {
+            run_end: Some((state.to_owned(), reason)),
+            events: vec![Event {
+                step: None,
+                kind: "ended".into(),
+                detail: Some(state.to_owned()),
+            }],
+            ..Change::default()
+        })
+        .await?;
         self.store.release_lease(&self.run.id, &self.owner).await?;
         watcher.note(&format!("run {} {state}", self.run.id));
         Ok(())
@@ -732,16 +730,12 @@ impl Driver {
         }
         if !changed.is_empty() || !new_rows.is_empty() {
             let rows: Vec<StepRow> = changed.iter().map(|&i| self.rows[i].clone()).collect();
-            self.store
-                .commit(
-                    &self.run.id,
-                    Change {
-                        steps: rows.iter().collect(),
-                        new_steps: new_rows.iter().collect(),
-                        ..Change::default()
-                    },
-                )
-                .await?;
+            self.commit(Change {
+                steps: rows.iter().collect(),
+                new_steps: new_rows.iter().collect(),
+                ..Change::default()
+            })
+            .await?;
             let total = self.rows.len();
             let done = self.rows.len() - self.open_all;
             for r in &rows {
@@ -955,9 +949,20 @@ impl Driver {
             row.started_at = Some(now);
         }
         // Commit first: the attempt and its share of the pool exist before its runtime does.
+        let Pending {
+            steps,
+            attempts,
+            events,
+        } = std::mem::take(&mut self.pending);
+        let before = Change {
+            steps: steps.iter().collect(),
+            attempts: attempts.iter().collect(),
+            events,
+            ..Change::default()
+        };
         if !self
             .store
-            .start_attempt(&self.run.id, &row, &attempt, self.capacity)
+            .start_attempt(&self.run.id, &row, &attempt, self.capacity, before)
             .await?
         {
             let _ = std::fs::remove_dir_all(&dir);
@@ -1008,15 +1013,11 @@ impl Driver {
 
     async fn commit_row(&mut self, idx: usize, watcher: &mut dyn Watcher) -> Result<(), Error> {
         let row = self.rows[idx].clone();
-        self.store
-            .commit(
-                &self.run.id,
-                Change {
-                    steps: vec![&row],
-                    ..Change::default()
-                },
-            )
-            .await?;
+        self.commit(Change {
+            steps: vec![&row],
+            ..Change::default()
+        })
+        .await?;
         watcher.step(&row, self.rows.len(), 0);
         Ok(())
     }
@@ -1055,6 +1056,33 @@ impl Driver {
             self.store.delete_cache(&self.run.team, &key).await?;
         }
         Ok(false)
+    }
+
+    /// Commits what is pending, then `change`, in one transaction.
+    async fn commit(&mut self, change: Change<'_>) -> Result<(), Error> {
+        let Pending {
+            steps,
+            attempts,
+            mut events,
+        } = std::mem::take(&mut self.pending);
+        events.extend(change.events);
+        let all = Change {
+            steps: steps.iter().chain(change.steps).collect(),
+            new_steps: change.new_steps,
+            attempts: attempts.iter().chain(change.attempts).collect(),
+            run_end: change.run_end,
+            events,
+        };
+        self.store.commit(&self.run.id, all).await?;
+        Ok(())
+    }
+
+    /// Commits what is pending, if anything.
+    async fn flush(&mut self) -> Result<(), Error> {
+        if self.pending.steps.is_empty() && self.pending.events.is_empty() {
+            return Ok(());
+        }
+        self.commit(Change::default()).await
     }
 
     /// Hands a prepared, committed attempt to the run's runtime, starting one if needed. A
@@ -1160,21 +1188,17 @@ impl Driver {
         }
         self.reports.push(idx);
         let row = self.rows[idx].clone();
-        self.store
-            .commit(
-                &self.run.id,
-                Change {
-                    steps: vec![&row],
-                    attempts: vec![&attempt],
-                    events: vec![Event {
-                        step: Some(name.to_owned()),
-                        kind: "attempt-lost".into(),
-                        detail: Some(reason),
-                    }],
-                    ..Change::default()
-                },
-            )
-            .await?;
+        self.commit(Change {
+            steps: vec![&row],
+            attempts: vec![&attempt],
+            events: vec![Event {
+                step: Some(name.to_owned()),
+                kind: "attempt-lost".into(),
+                detail: Some(reason),
+            }],
+            ..Change::default()
+        })
+        .await?;
         Ok(())
     }
 
@@ -1286,21 +1310,14 @@ impl Driver {
         }
         self.reports.push(idx);
         let row = self.rows[idx].clone();
-        self.store
-            .commit(
-                &self.run.id,
-                Change {
-                    steps: vec![&row],
-                    attempts: vec![&attempt],
-                    events: vec![Event {
-                        step: Some(name.to_owned()),
-                        kind: "attempt-ended".into(),
-                        detail: Some(attempt.state.clone()),
-                    }],
-                    ..Change::default()
-                },
-            )
-            .await?;
+        // Deferred: committed with the next start, or before the engine waits (see `Pending`).
+        self.pending.events.push(Event {
+            step: Some(name.to_owned()),
+            kind: "attempt-ended".into(),
+            detail: Some(attempt.state.clone()),
+        });
+        self.pending.steps.push(row);
+        self.pending.attempts.push(attempt);
         if let Some((key, outputs)) = cache_put {
             self.store
                 .cache_put(&self.run.team, &key, &self.run.id, name, &outputs)
@@ -1313,6 +1330,18 @@ impl Driver {
         }
         Ok(())
     }
+}
+
+/// Attempt ends decided but not yet committed, so that they share the transaction of the
+/// next start instead of costing one of their own. Nothing is acted on because of them until
+/// they are committed: a dependent's start commits them first, in its own transaction, and
+/// the engine commits what is left before it waits or ends. An engine that dies first loses
+/// nothing: each ended attempt's result is in its folder, and the next engine collects it.
+#[derive(Default)]
+struct Pending {
+    steps: Vec<StepRow>,
+    attempts: Vec<AttemptRow>,
+    events: Vec<Event>,
 }
 
 enum Blocked {

@@ -223,6 +223,29 @@ async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[Event]) -> Result<(
     Ok(())
 }
 
+/// Writes `change` inside a transaction.
+async fn apply(tx: &mut Tx<'_>, run: &str, change: &Change<'_>) -> Result<(), Error> {
+    for s in &change.new_steps {
+        insert_step(tx, run, s).await?;
+    }
+    for s in &change.steps {
+        update_step(tx, run, s).await?;
+    }
+    for a in &change.attempts {
+        update_attempt(tx, run, a).await?;
+    }
+    if let Some((state, reason)) = &change.run_end {
+        sqlx::query("UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?")
+            .bind(state)
+            .bind(reason)
+            .bind(crate::time::now_rfc3339())
+            .bind(run)
+            .execute(&mut **tx)
+            .await?;
+    }
+    insert_events(tx, run, &change.events).await
+}
+
 /// A change to commit at once: steps, attempts, the run's end, events.
 #[derive(Debug, Default)]
 pub struct Change<'a> {
@@ -340,39 +363,25 @@ impl Store {
     /// Commits `change` in one transaction.
     pub async fn commit(&self, run: &str, change: Change<'_>) -> Result<(), Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for s in &change.new_steps {
-            insert_step(&mut tx, run, s).await?;
-        }
-        for s in &change.steps {
-            update_step(&mut tx, run, s).await?;
-        }
-        for a in &change.attempts {
-            update_attempt(&mut tx, run, a).await?;
-        }
-        if let Some((state, reason)) = &change.run_end {
-            sqlx::query("UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?")
-                .bind(state)
-                .bind(reason)
-                .bind(crate::time::now_rfc3339())
-                .bind(run)
-                .execute(&mut *tx)
-                .await?;
-        }
-        insert_events(&mut tx, run, &change.events).await?;
+        apply(&mut tx, run, &change).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// Starts an attempt if the machine's pool has room for it: reserves its CPU and memory,
-    /// records it `Running` and its step `Running`, in one transaction. False: no room now.
+    /// Commits `before`, then starts an attempt if the machine's pool has room for it: reserves
+    /// its CPU and memory, records it `Running` and its step `Running`, all in one transaction.
+    /// False: no room now (`before` is committed all the same).
     pub async fn start_attempt(
         &self,
         run: &str,
         step: &StepRow,
         attempt: &AttemptRow,
         capacity: (i64, i64),
+        before: Change<'_>,
     ) -> Result<bool, Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Changes decided earlier (attempt ends) go first: they may free the room this needs.
+        apply(&mut tx, run, &before).await?;
         // Reserve and record in one statement: the row is inserted only if the pool has room
         // (what running attempts hold, plus this one, within capacity), or if nothing runs: a
         // step larger than the whole machine still runs, alone, rather than never.
@@ -398,6 +407,7 @@ impl Store {
             .await?
             .rows_affected();
         if inserted == 0 {
+            tx.commit().await?;
             return Ok(false);
         }
         update_step(&mut tx, run, step).await?;
