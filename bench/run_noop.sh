@@ -11,7 +11,9 @@
 #
 # Homes are fresh folders of one temporary folder, deleted only at the end: ext4 slows down
 # creating files next to many just-deleted ones (it skips "recently deleted" inodes), and
-# deleting a 10,000-step home between runs made the next run 2.5x slower.
+# deleting a 10,000-step home between runs made the next run 2.5x slower. For the same
+# reason, leave 30 s between two invocations (the window in which ext4 avoids reusing
+# freed inodes).
 #
 # Wall time: bash's microsecond clock around the command, median of RUNS. Peak RSS: GNU
 # /usr/bin/time -f %M of the `sluice run` process (its own, not the runtimes').
