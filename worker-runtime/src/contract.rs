@@ -58,8 +58,23 @@ pub struct Launch {
     pub objects: String,
     /// Where outputs go: the attempt's `outputs` key in the object store.
     pub outputs_key: String,
+    /// `$SLUICE_CHECKPOINT_DIR`: restored before the program starts, synced while it runs.
+    pub checkpoint_dir: PathBuf,
+    /// Checkpointing, when the step has it (the default): see [`crate::checkpoint`].
+    pub checkpoint: Option<CheckpointSpec>,
     /// Read `NAME=VALUE` pairs from standard output as metrics.
     pub metrics_stdout: bool,
+}
+
+/// Where and how often a step's checkpoints are synced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSpec {
+    /// Sync every this many milliseconds when something changed, and once after the program.
+    pub every_ms: u64,
+    /// The step's checkpoints in the object store (`teams/TEAM/checkpoints/RUN/STEP`).
+    pub prefix: String,
+    /// Complete checkpoints kept.
+    pub keep: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

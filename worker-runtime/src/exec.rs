@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::checkpoint::Checkpoints;
 use crate::contract::{self, End, Launch, Started};
 use crate::files;
 use crate::metrics::{self, StdoutMetrics};
-use crate::objects::Objects;
+use crate::stores::Stores;
 use crate::time::now_rfc3339;
 
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +47,7 @@ pub enum Exec {
 /// to this process ends the attempt cleanly.
 pub fn exec(dir: &Path) -> Result<Exec, Error> {
     let term = signals()?;
-    attempt(dir, &term)
+    attempt(dir, &term, &Arc::new(Stores::new()))
 }
 
 /// SIGTERM sets the returned flag; SIGINT and SIGHUP (a terminal's Ctrl-C or hang-up) do
@@ -66,7 +67,7 @@ pub fn signals() -> Result<Arc<AtomicBool>, Error> {
 
 /// Runs the attempt in `dir`. It ends `Terminated` when `term` is set (SIGTERM to the runtime)
 /// or when the engine asks by creating `DIR/terminate`.
-pub fn attempt(dir: &Path, term: &AtomicBool) -> Result<Exec, Error> {
+pub fn attempt(dir: &Path, term: &AtomicBool, stores: &Arc<Stores>) -> Result<Exec, Error> {
     let mut lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -97,7 +98,7 @@ pub fn attempt(dir: &Path, term: &AtomicBool) -> Result<Exec, Error> {
             return Ok(Exec::Ran);
         }
     };
-    let result = run(dir, &launch, &started_at, term, &mut lock)?;
+    let result = run(dir, &launch, &started_at, term, &mut lock, stores)?;
     write_result(dir, result)?;
     drop(lock);
     Ok(Exec::Ran)
@@ -115,13 +116,12 @@ fn failed(started_at: &str, reason: String) -> contract::Result {
     }
 }
 
-fn open_store(url: &str) -> Result<(Objects, tokio::runtime::Runtime), String> {
-    let objects = Objects::open(url).map_err(|e| e.to_string())?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the object store client: {e}"))?;
-    Ok((objects, rt))
+/// One checkpoint sync (nothing happens when nothing changed).
+fn sync_once(stores: &Stores, c: &mut Checkpoints, dir: &Path) -> Result<(), String> {
+    stores
+        .block_on(c.sync(dir))?
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn write_result(dir: &Path, result: contract::Result) -> Result<(), Error> {
@@ -176,24 +176,57 @@ fn run(
     started_at: &str,
     term: &AtomicBool,
     lock: &mut std::fs::File,
+    stores: &Arc<Stores>,
 ) -> Result<contract::Result, Error> {
-    // The object store, opened only when there is something to move: a step without inputs
-    // or outputs does not pay for it.
-    let store = if launch.inputs.is_empty() && launch.outputs.is_empty() {
-        None
-    } else {
-        match open_store(&launch.objects) {
-            Ok(s) => Some(s),
+    // The object store, opened only when there is something to move.
+    let needs_store =
+        !launch.inputs.is_empty() || !launch.outputs.is_empty() || launch.checkpoint.is_some();
+    let objects = if needs_store {
+        match stores.objects(&launch.objects) {
+            Ok(o) => Some(o),
             Err(e) => return Ok(failed(started_at, e)),
         }
+    } else {
+        None
     };
-    if let Some((objects, rt)) = &store {
+    if let Some(objects) = &objects {
         for input in &launch.inputs {
-            if let Err(e) = rt.block_on(objects.get_path(&input.key, &input.to)) {
-                return Ok(failed(started_at, format!("cannot place input: {e}")));
+            match stores.block_on(objects.get_path(&input.key, &input.to)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Ok(failed(started_at, format!("cannot place input: {e}"))),
+                Err(e) => return Ok(failed(started_at, format!("cannot place input: {e}"))),
             }
         }
     }
+    // The latest complete checkpoint, restored before the program starts.
+    let mut resumed = false;
+    let checkpoints = match (&launch.checkpoint, &objects) {
+        (Some(spec), Some(objects)) => {
+            let restored = stores.block_on(async {
+                let mut c = Checkpoints::open(objects.clone(), &spec.prefix, spec.keep).await?;
+                let seq = c.restore(&launch.checkpoint_dir).await?;
+                Ok::<_, crate::objects::Error>((c, seq))
+            });
+            match restored {
+                Ok(Ok((c, seq))) => {
+                    resumed = seq.is_some();
+                    Some(c)
+                }
+                Ok(Err(e)) => {
+                    return Ok(failed(
+                        started_at,
+                        format!("cannot restore the checkpoint: {e}"),
+                    ));
+                }
+                Err(e) => return Ok(failed(started_at, e)),
+            }
+        }
+        _ => {
+            std::fs::create_dir_all(&launch.checkpoint_dir)
+                .map_err(io("cannot create the checkpoint folder"))?;
+            None
+        }
+    };
     std::fs::create_dir_all(&launch.output_dir).map_err(io("cannot create the output folder"))?;
     let metrics_file = dir.join(contract::METRICS_FILE);
     let log = Arc::new(Log {
@@ -217,6 +250,7 @@ fn run(
         .current_dir(&launch.workdir)
         .envs(&launch.env)
         .env("SLUICE_METRICS_FILE", &metrics_file)
+        .env("SLUICE_RESUMED", if resumed { "1" } else { "0" })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -282,6 +316,29 @@ fn run(
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
+    // Checkpoint syncs while the program runs, on their own thread: a slow or failing store
+    // never holds the program up.
+    let (stop_sync, stop_rx) = mpsc::channel::<()>();
+    let syncer = match (checkpoints, &launch.checkpoint) {
+        (Some(mut c), Some(spec)) => {
+            let every = Duration::from_millis(spec.every_ms.max(10));
+            let ckpt_dir = launch.checkpoint_dir.clone();
+            let log = Arc::clone(&log);
+            let stores = Arc::clone(stores);
+            Some(std::thread::spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(every) {
+                    if let Err(e) = sync_once(&stores, &mut c, &ckpt_dir) {
+                        log.line(
+                            "err",
+                            &format!("sluice-runtime: checkpoint sync failed, will retry: {e}"),
+                        );
+                    }
+                }
+                c
+            }))
+        }
+        _ => None,
+    };
 
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
     let terminate_file = dir.join(contract::TERMINATE_FILE);
@@ -342,6 +399,26 @@ fn run(
     for r in readers {
         let _ = r.join();
     }
+    // The final sync, whatever the exit, with retries: the next attempt resumes from it.
+    drop(stop_sync);
+    if let Some(mut c) = syncer.and_then(|h| h.join().ok()) {
+        let mut wait = Duration::from_millis(200);
+        for tries in 1..=5 {
+            match sync_once(stores, &mut c, &launch.checkpoint_dir) {
+                Ok(()) => break,
+                Err(e) => {
+                    log.line(
+                        "err",
+                        &format!(
+                            "sluice-runtime: final checkpoint sync failed (try {tries} of 5): {e}"
+                        ),
+                    );
+                    std::thread::sleep(wait);
+                    wait *= 2;
+                }
+            }
+        }
+    }
     use std::os::unix::process::ExitStatusExt;
     let exit_code = status.code();
     let signal = status.signal();
@@ -368,10 +445,11 @@ fn run(
                 break;
             }
             let key = format!("{}/{name}", launch.outputs_key);
-            let stored = match &store {
-                Some((objects, rt)) => rt
-                    .block_on(objects.put_path(&from, &key))
-                    .map_err(|e| e.to_string()),
+            let stored = match &objects {
+                Some(objects) => match stores.block_on(objects.put_path(&from, &key)) {
+                    Ok(r) => r.map(|_| ()).map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                },
                 None => Err("no object store".to_owned()),
             };
             if let Err(e) = stored {

@@ -5,10 +5,12 @@
 //! writes the attempt's end. It shares nothing with the engine but files (see [`contract`]),
 //! which is how attempts outlive an engine that dies.
 
+pub mod checkpoint;
 pub mod contract;
 pub mod exec;
 mod files;
 mod metrics;
 pub mod objects;
 pub mod serve;
+pub mod stores;
 pub mod time;

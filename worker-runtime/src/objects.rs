@@ -115,7 +115,7 @@ impl Objects {
     }
 
     /// Streams one local file into one object (multipart for large files).
-    async fn put_file(&self, from: &Path, key: &str) -> Result<(), Error> {
+    pub async fn put_file(&self, from: &Path, key: &str) -> Result<(), Error> {
         let local = |op| {
             let path = from.to_owned();
             move |source| Error::Local { op, path, source }
@@ -208,6 +208,48 @@ impl Objects {
             sink(b"\0");
         }
         Ok(())
+    }
+
+    /// Every object under `prefix/`, by name relative to it (decoded), sorted; none is not an
+    /// error.
+    pub async fn list_under(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        let under = Key::from(prefix);
+        let found: Vec<_> = self
+            .store
+            .list(Some(&under))
+            .try_collect()
+            .await
+            .map_err(self.err("list", prefix))?;
+        let mut out: Vec<String> = found
+            .iter()
+            .filter_map(|meta| {
+                let parts: Vec<String> = meta
+                    .location
+                    .prefix_match(&under)?
+                    .map(|p| {
+                        percent_encoding::percent_decode_str(p.as_ref())
+                            .decode_utf8_lossy()
+                            .into_owned()
+                    })
+                    .collect();
+                (!parts.is_empty()).then(|| parts.join("/"))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Downloads one object to the file `to` (creating its folder).
+    pub async fn get_to(&self, key: &str, to: &Path) -> Result<(), Error> {
+        self.get_file(&Key::from(key), to).await
+    }
+
+    /// Deletes one object; one already gone is not an error.
+    pub async fn delete(&self, key: &str) -> Result<(), Error> {
+        match self.store.delete(&Key::from(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("delete", key)(e)),
+        }
     }
 
     /// Reads one whole object, if it exists.

@@ -26,6 +26,7 @@ use crate::exec::{self, Error, Exec};
 /// Serves attempts read from standard input until it ends and every attempt has ended.
 pub fn serve() -> Result<(), Error> {
     let term = exec::signals()?;
+    let stores = std::sync::Arc::new(crate::stores::Stores::new());
     let (done_tx, done_rx) = mpsc::channel::<String>();
     // One writer, so lines never interleave. A write to an engine that is gone fails; the
     // attempts' files say everything it needs once it is back.
@@ -50,11 +51,12 @@ pub fn serve() -> Result<(), Error> {
         let tag = format!("{number}\t{step}");
         let dir = PathBuf::from(dir);
         let term = std::sync::Arc::clone(&term);
+        let stores = std::sync::Arc::clone(&stores);
         let done = done_tx.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("attempt {step}.{number}"))
             .spawn(move || {
-                let reply = match exec::attempt(&dir, &term) {
+                let reply = match exec::attempt(&dir, &term, &stores) {
                     Ok(Exec::Ran) => format!("ended\t{tag}"),
                     Ok(Exec::Skipped) => format!("skipped\t{tag}"),
                     Err(e) => {

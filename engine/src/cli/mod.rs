@@ -74,6 +74,11 @@ pub enum Command {
     Retry(run::RunRef),
     /// Stop a run and its running steps.
     Cancel(run::RunRef),
+    /// Preempt a running step as the scheduler would: it resumes from its checkpoint.
+    ///
+    /// Exits 0 once the request is recorded (the step's runtime stops it within a moment),
+    /// 2 if the step is not running.
+    Preempt(run::PreemptArgs),
 }
 
 /// Runs the command line and returns the exit code.
@@ -112,6 +117,7 @@ pub fn main() -> ExitCode {
                         Command::Resume(a) => run::resume(&home, a, cli.output).await,
                         Command::Retry(a) => run::retry(&home, a, cli.output).await,
                         Command::Cancel(a) => run::cancel(&home, a, cli.output).await,
+                        Command::Preempt(a) => run::preempt(&home, a, cli.output).await,
                         Command::Status(a) => {
                             let store = crate::store::Store::open(&home).await?;
                             status::status(&store, a, cli.output).await

@@ -362,3 +362,61 @@ pub async fn cancel(home: &Path, args: &RunRef, format: Format) -> Result<Outcom
     }
     Ok(Outcome::Success)
 }
+
+#[derive(Debug, clap::Args)]
+pub struct PreemptArgs {
+    /// A run id, or an unambiguous prefix of one.
+    pub run: String,
+    /// The running step to preempt (`train`, `evaluate[1]`).
+    pub step: String,
+}
+
+/// `sluice preempt RUN STEP`: asks the step's runtime to stop it as the scheduler would
+/// (SIGTERM, the grace period, SIGKILL, a final checkpoint sync); the engine queues it again
+/// at once and it resumes from that checkpoint, not counted against `retry.limit`.
+pub async fn preempt(home: &Path, args: &PreemptArgs, format: Format) -> Result<Outcome, Error> {
+    let store = Store::open(home).await?;
+    let id = store.resolve(&args.run).await?;
+    let steps = store.steps(&id).await?;
+    let Some(step) = steps.iter().find(|s| s.name == args.step) else {
+        let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+        let hint = crate::spec::diagnostic::nearest(&args.step, names.iter().copied())
+            .map(|n| format!(" (did you mean '{n}'?)"))
+            .unwrap_or_default();
+        return Err(Error::Usage(format!(
+            "run {id} has no step '{}'{hint}",
+            args.step
+        )));
+    };
+    let attempt = store
+        .attempts(&id)
+        .await?
+        .into_iter()
+        .filter(|a| a.step == args.step && a.state == crate::run::state::attempt::RUNNING)
+        .max_by_key(|a| a.number);
+    let (Some(attempt), st::RUNNING) = (attempt, step.state.as_str()) else {
+        return Err(Error::Usage(format!(
+            "step '{}' of run {id} is not running (it is {})",
+            args.step, step.state
+        )));
+    };
+    let file = Path::new(&attempt.dir).join(sluice_runtime::contract::TERMINATE_FILE);
+    std::fs::write(&file, b"preempt\n").map_err(|source| Error::Io {
+        context: format!("cannot ask the runtime to stop ({})", file.display()),
+        source,
+    })?;
+    match format {
+        Format::Json => output::json(&serde_json::json!({
+            "run": id, "step": args.step, "attempt": attempt.number, "preempted": true,
+        })),
+        Format::Text => output::text(|out| {
+            writeln!(
+                out,
+                "preempting {} (attempt {}) of run {id}: it resumes from its checkpoint",
+                args.step, attempt.number
+            )
+        }),
+    }
+    .map_err(Error::output)?;
+    Ok(Outcome::Success)
+}

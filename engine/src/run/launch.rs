@@ -164,12 +164,13 @@ pub fn attempt_dir(home: &Path, run: &str, step: &str, number: i64) -> PathBuf {
         .join(format!("{step}.{number}"))
 }
 
-/// A step's checkpoint folder, shared by its attempts (restored into by the runtime).
-pub fn checkpoint_dir(home: &Path, run: &str, step: &str) -> PathBuf {
-    home.join("attempts")
-        .join(run)
-        .join(format!("{step}.checkpoint"))
+/// The object-store prefix of a step's checkpoints (`teams/TEAM/checkpoints/RUN/STEP`).
+pub fn checkpoint_prefix(team: &str, run: &str, step: &str) -> String {
+    format!("teams/{team}/checkpoints/{run}/{step}")
 }
+
+/// Complete checkpoints kept per step (`runtime.keepCheckpoints` of a Cluster, default 3).
+pub const KEEP_CHECKPOINTS: usize = 3;
 
 /// The object-store key of an attempt (`teams/TEAM/runs/RUN/STEP/ATTEMPT`).
 pub fn object_key(team: &str, run: &str, step: &str, number: i64) -> String {
@@ -205,7 +206,9 @@ pub fn build(
         None => base,
     };
     let output_dir = dir.join("out");
-    let checkpoint_dir = checkpoint_dir(home, &run.id, &row.name);
+    // Per attempt, restored from the object store by the runtime: what the program finds there
+    // is the step's latest complete checkpoint, whichever attempt wrote it.
+    let checkpoint_dir = dir.join("checkpoint");
     let mut env = BTreeMap::new();
     for (k, t) in &step.env {
         env.insert(k.clone(), scope.render(row, t, &mut inputs, &inputs_dir)?);
@@ -238,6 +241,12 @@ pub fn build(
         inputs,
         outputs: step.outputs.clone(),
         output_dir,
+        checkpoint_dir,
+        checkpoint: step.checkpoint.map(|every| contract::CheckpointSpec {
+            every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            prefix: checkpoint_prefix(&run.team, &run.id, &row.name),
+            keep: KEEP_CHECKPOINTS,
+        }),
         objects: run.objects.clone(),
         outputs_key: format!(
             "{}/outputs",
@@ -247,14 +256,11 @@ pub fn build(
     })
 }
 
-/// Writes the attempt's folder and `launch.json`, and the step's checkpoint folder. The
-/// runtime starts only after this returns, so the file needs no atomic rename: an engine that
-/// dies while writing it never starts the runtime, and the attempt is given up.
+/// Writes the attempt's folder and `launch.json`. The runtime starts only after this returns,
+/// so the file needs no atomic rename: an engine that dies while writing it never starts the
+/// runtime, and the attempt is given up.
 pub fn prepare(dir: &Path, launch: &Launch) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    if let Some(ckpt) = launch.env.get("SLUICE_CHECKPOINT_DIR") {
-        std::fs::create_dir_all(ckpt)?;
-    }
     let text = serde_json::to_vec(launch).map_err(std::io::Error::other)?;
     std::fs::write(dir.join(contract::LAUNCH_FILE), text)
 }

@@ -69,20 +69,34 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
+        // Two `sluice` starting at once on a new home race to create the database and switch
+        // it to WAL; SQLite answers the loser "locked" at once rather than through the busy
+        // timeout, so opening is retried within that same timeout.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        let store = loop {
+            match Self::connect(home, options.clone()).await {
+                Ok(store) => break store,
+                Err(Error::Sql(e)) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(Error::Sql(e)) => return Err(describe(home, e)),
+                Err(other) => return Err(other),
+            }
+        };
+        Ok(store)
+    }
+
+    async fn connect(home: &Path, options: SqliteConnectOptions) -> Result<Store, Error> {
         let pool: SqlitePool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(BUSY_TIMEOUT)
             .connect_with(options)
-            .await
-            .map_err(|e| describe(home, e))?;
+            .await?;
         let store = Store {
             pool,
             home: home.to_owned(),
         };
-        store.migrate().await.map_err(|e| match e {
-            Error::Sql(e) => describe(home, e),
-            other => other,
-        })?;
+        store.migrate().await?;
         Ok(store)
     }
 
@@ -125,6 +139,16 @@ impl Store {
 
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+}
+
+/// SQLite's "database is locked" (SQLITE_BUSY and its extended codes).
+fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c == "5" || c.parse::<i64>().is_ok_and(|n| n & 0xff == 5)),
+        _ => false,
     }
 }
 

@@ -1,0 +1,164 @@
+//! Checkpoints end to end: a program that counts to N, checkpointing each count, is preempted
+//! at random moments and its runtime SIGKILLed once; it still ends with the right result,
+//! every start is an attempt, the retry budget is untouched, and little work is redone.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice_e2e::Sandbox;
+
+const N: u32 = 60;
+
+/// Counts to N, 50 ms a count. Each count is appended to `work` (a side effect outside the
+/// checkpoint) and then written to the checkpoint folder atomically.
+const PIPELINE: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: counter}
+spec:
+  steps:
+    - name: count
+      checkpoint: {every: 200ms}
+      retry: {limit: 0}
+      command:
+        - python3
+        - -c
+        - |
+          import os, sys, time
+          target = int(sys.argv[1])
+          ck = os.path.join(os.environ["SLUICE_CHECKPOINT_DIR"], "count")
+          n = int(open(ck).read()) if os.path.exists(ck) else 0
+          with open("starts", "a") as f:
+              f.write(f"{os.environ['SLUICE_ATTEMPT']} {n} {os.environ['SLUICE_RESUMED']}\n")
+          while n < target:
+              n += 1
+              with open("work", "a") as f:
+                  f.write(f"{n}\n")
+              with open(ck + ".tmp", "w") as f:
+                  f.write(str(n))
+              os.replace(ck + ".tmp", ck)
+              time.sleep(0.05)
+          open("result", "w").write(str(n))
+        - "60"
+"#;
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn counted(sb: &Sandbox) -> usize {
+    std::fs::read_to_string(sb.path().join("work"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+fn starts(sb: &Sandbox) -> Vec<(u32, u32, String)> {
+    std::fs::read_to_string(sb.path().join("starts"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split(' ');
+            Some((
+                w.next()?.parse().ok()?,
+                w.next()?.parse().ok()?,
+                w.next()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The runtime pid recorded in the lock of the step's running attempt `n`.
+fn runtime_of(sb: &Sandbox, run: &str, n: u32) -> Option<u32> {
+    let lock = sb.home().join(format!("attempts/{run}/count.{n}/lock"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(lock).ok()?).ok()?;
+    v["runtime_pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+}
+
+#[test]
+fn preempted_and_lost_steps_resume_from_their_checkpoint() {
+    let sb = Sandbox::new("ckpt");
+    sb.write("p.yaml", PIPELINE);
+    let mut engine = sb
+        .cmd(&["run", "p.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sluice run starts");
+    wait_for("the first count", || counted(&sb) > 0);
+    let run = sb.last_run();
+
+    // Three preemptions at different moments, each once the new attempt has counted a bit.
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    for i in 0..3u32 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(150 + rng % 300));
+        let out = sb.run(&["preempt", &run, "count"]);
+        assert_eq!(out.code, Some(0), "preempt {i}: {}", out.stderr);
+        wait_for("the next attempt to start", || {
+            starts(&sb).len() == i as usize + 2
+        });
+        wait_for("the next attempt to count", || {
+            counted(&sb) > starts(&sb).last().map_or(0, |s| s.1 as usize) + 2
+        });
+    }
+    // Then its runtime is SIGKILLed: the attempt is lost and resumes like a preempted one.
+    std::thread::sleep(Duration::from_millis(300));
+    let runtime = runtime_of(&sb, &run, 4).expect("attempt 4 records its runtime");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &runtime.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+
+    let status = engine.wait().expect("the engine ends");
+    assert_eq!(status.code(), Some(0), "the run succeeds");
+    assert_eq!(
+        std::fs::read_to_string(sb.path().join("result")).expect("result"),
+        N.to_string()
+    );
+
+    // Every start is an attempt: 1..=5, each after the first resumed from a checkpoint.
+    let starts = starts(&sb);
+    let attempts: Vec<u32> = starts.iter().map(|s| s.0).collect();
+    assert_eq!(attempts, vec![1, 2, 3, 4, 5], "{starts:?}");
+    assert_eq!(starts[0].2, "0");
+    assert!(
+        starts[1..].iter().all(|s| s.2 == "1" && s.1 > 0),
+        "{starts:?}"
+    );
+
+    // The retry budget (0) is untouched: the step succeeded after 4 interruptions.
+    let status = sb.status(&run);
+    let states: Vec<&str> = status["steps"][0]["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .filter_map(|a| a["state"].as_str())
+        .collect();
+    assert_eq!(
+        states,
+        vec!["Preempted", "Preempted", "Preempted", "Lost", "Succeeded"],
+        "{status}"
+    );
+
+    // Work redone: a preemption syncs after the program stops, so at most the count in
+    // flight is redone; a lost runtime, at most one checkpoint interval (200 ms = 4 counts)
+    // and the count in flight.
+    let mut times: BTreeMap<u32, u32> = BTreeMap::new();
+    for l in std::fs::read_to_string(sb.path().join("work"))
+        .expect("work")
+        .lines()
+    {
+        *times.entry(l.parse().expect("a count")).or_default() += 1;
+    }
+    assert_eq!(times.len(), N as usize, "every count was done");
+    let redone: u32 = times.values().map(|t| t - 1).sum();
+    assert!(redone <= 3 + 5, "{redone} counts redone: {times:?}");
+}

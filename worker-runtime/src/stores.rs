@@ -1,0 +1,52 @@
+//! What attempts share to reach object stores: one async runtime and the stores opened so
+//! far, created at first use. `sluice-runtime exec` makes one for its attempt; `serve` one for
+//! all of its attempts, so that a no-op step pays for neither.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use crate::objects::Objects;
+
+#[derive(Default)]
+pub struct Stores {
+    rt: OnceLock<tokio::runtime::Runtime>,
+    open: Mutex<HashMap<String, Objects>>,
+}
+
+impl Stores {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The store at `url`, opened once.
+    pub fn objects(&self, url: &str) -> Result<Objects, String> {
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| "the object store table is poisoned".to_owned())?;
+        if let Some(o) = open.get(url) {
+            return Ok(o.clone());
+        }
+        let o = Objects::open(url).map_err(|e| e.to_string())?;
+        open.insert(url.to_owned(), o.clone());
+        Ok(o)
+    }
+
+    /// Runs `f` to its end on this thread. Any number of threads may do so at once (the
+    /// runtime is multi-threaded, with one worker for what the stores spawn themselves).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> Result<F::Output, String> {
+        if self.rt.get().is_none() {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("sluice-runtime-io")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the object store client: {e}"))?;
+            let _ = self.rt.set(rt);
+        }
+        match self.rt.get() {
+            Some(rt) => Ok(rt.block_on(f)),
+            None => Err("cannot start the object store client".to_owned()),
+        }
+    }
+}
