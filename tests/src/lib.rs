@@ -4,6 +4,8 @@
 //! tests do), so `cargo build --workspace` must run before the tests; `.ci/run` and the
 //! README's test command do.
 
+pub mod s3;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -52,22 +52,59 @@ pub fn default_url(home: &Path) -> String {
 }
 
 impl Objects {
-    /// Opens `file:///ABSOLUTE/PATH` (the folder is created). S3 comes with the runtime's
-    /// checkpoint work; until then any other scheme is refused by name.
+    /// Opens `file:///ABSOLUTE/PATH` (the folder is created) or `s3://BUCKET[/PREFIX]`.
+    ///
+    /// S3 is configured as the AWS tools are, from the environment: `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, and for S3-compatible servers
+    /// `AWS_ENDPOINT_URL` (with `AWS_ALLOW_HTTP=true` for plain http). Requests that fail for
+    /// a transient reason (a server error, a refused connection) are retried with exponential
+    /// backoff for up to 30 s before an operation fails; callers that must not lose data
+    /// (checkpoint syncs) retry again on top.
     pub fn open(url: &str) -> Result<Self, Error> {
         let bad = |why: &str| Error::Url {
             url: url.to_owned(),
             why: why.to_owned(),
         };
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("an s3:// URL names a bucket (s3://bucket/prefix)"));
+            }
+            let retry = object_store::RetryConfig {
+                backoff: object_store::BackoffConfig {
+                    init_backoff: std::time::Duration::from_millis(100),
+                    max_backoff: std::time::Duration::from_secs(5),
+                    base: 2.0,
+                },
+                max_retries: 10,
+                retry_timeout: std::time::Duration::from_secs(30),
+            };
+            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry);
+            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
+            {
+                builder = builder.with_region("us-east-1");
+            }
+            let s3 = builder.build().map_err(|e| bad(&e.to_string()))?;
+            let prefix = prefix.trim_matches('/');
+            let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+                Arc::new(s3)
+            } else {
+                Arc::new(object_store::prefix::PrefixStore::new(s3, prefix))
+            };
+            return Ok(Self {
+                store,
+                url: url.to_owned(),
+            });
+        }
         let Some(rest) = url.strip_prefix("file://") else {
-            return Err(bad(
-                "only file:// URLs are available in this version (s3:// comes with checkpoint sync)",
-            ));
+            return Err(bad("the object store URL must start with file:// or s3://"));
         };
         let root = Path::new(rest);
         if !root.is_absolute() {
             return Err(bad(
-                "a file:// URL needs an absolute path (file:///data/objects)",
+                "a file:// URL needs an absolute path here (file:///data/objects)",
             ));
         }
         std::fs::create_dir_all(root).map_err(|source| Error::Local {

@@ -1,0 +1,183 @@
+//! A real S3-compatible server for tests: moto's server on a free loopback port, with a
+//! bucket made for the test.
+//!
+//! moto is found as `$SLUICE_MOTO_SERVER`, else `moto_server` on `PATH` (what `.ci/run`
+//! installs), else installed once into `target/moto-venv` with python3's venv and pip
+//! (`moto[server]` from PyPI, about 30 s). A test that needs S3 and cannot get it fails,
+//! saying why: it never passes without having talked to the server.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct S3 {
+    child: Child,
+    pub port: u16,
+    pub bucket: String,
+}
+
+fn moto_server() -> PathBuf {
+    if let Ok(p) = std::env::var("SLUICE_MOTO_SERVER") {
+        return PathBuf::from(p);
+    }
+    if let Ok(out) = Command::new("sh")
+        .args(["-c", "command -v moto_server"])
+        .output()
+        && out.status.success()
+    {
+        let p = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !p.is_empty() {
+            return PathBuf::from(p);
+        }
+    }
+    let venv = crate::root().join("target/moto-venv");
+    let server = venv.join("bin/moto_server");
+    if server.is_file() {
+        return server;
+    }
+    // One installer at a time across test binaries: `mkdir` is atomic.
+    let lock = crate::root().join("target/moto-venv.lock");
+    let _ = std::fs::create_dir_all(crate::root().join("target"));
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while std::fs::create_dir(&lock).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "waited 300 s for another test installing moto"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        if server.is_file() {
+            return server;
+        }
+    }
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "moto[server]"])
+            .status()
+            .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_dir(&lock);
+    assert!(
+        ok && server.is_file(),
+        "no S3 server for the S3 tests: install moto (pip install 'moto[server]', as .ci/run does) \
+         or set SLUICE_MOTO_SERVER"
+    );
+    server
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// One HTTP request without a body; returns the status code.
+fn request(port: u16, method: &str, path: &str) -> std::io::Result<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head)?;
+    let text = String::from_utf8_lossy(&head);
+    text.get(9..12)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {text}")))
+}
+
+impl S3 {
+    /// Starts a server and creates the bucket `bucket`.
+    pub fn start(bucket: &str) -> S3 {
+        let server = moto_server();
+        let port = free_port();
+        let child = Command::new(&server)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server.display()));
+        let s3 = S3 {
+            child,
+            port,
+            bucket: bucket.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match request(port, "PUT", &format!("/{bucket}")) {
+                Ok(200) => break,
+                Ok(code) => panic!("moto answered {code} to creating bucket {bucket}"),
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => panic!("moto did not come up on port {port}: {e}"),
+            }
+        }
+        s3
+    }
+
+    /// The environment that points sluice (and object_store) at this server.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+    }
+
+    pub fn url(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.bucket)
+    }
+
+    /// Whether an object exists in the bucket, from moto's own dump of its state (S3 requests
+    /// need signing; moto's `/moto-api/data.json` does not).
+    pub fn exists(&self, key: &str) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let sent = write!(
+            s,
+            "GET /moto-api/data.json HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            self.port
+        );
+        let mut body = String::new();
+        sent.is_ok() && s.read_to_string(&mut body).is_ok() && body.contains(&format!("\"{key}\""))
+    }
+
+    /// Freezes the server (SIGSTOP): connections are accepted and never answered, as with a
+    /// server that hangs. moto keeps its objects in memory, so it is frozen rather than
+    /// stopped, to find them again after `resume`.
+    pub fn pause(&self) {
+        signal(self.child.id(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        signal(self.child.id(), "CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        signal(self.child.id(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
