@@ -62,8 +62,15 @@ pub struct Launch {
     pub checkpoint_dir: PathBuf,
     /// Checkpointing, when the step has it (the default): see [`crate::checkpoint`].
     pub checkpoint: Option<CheckpointSpec>,
+    /// How many copies of the program run together (a gang, `workers:`); 1 for a step.
+    #[serde(default = "one")]
+    pub workers: u32,
     /// Read `NAME=VALUE` pairs from standard output as metrics.
     pub metrics_stdout: bool,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Where and how often a step's checkpoints are synced.
@@ -89,8 +96,11 @@ pub struct Input {
 pub struct Started {
     /// The runtime's own process id.
     pub runtime_pid: u32,
-    /// The program's process id, which is also its process group.
+    /// The program's process id, which is also its process group (rank 0's for a gang).
     pub pid: u32,
+    /// Every worker's process group (one for a step, `workers` for a gang).
+    #[serde(default)]
+    pub groups: Vec<u32>,
     /// RFC 3339.
     pub started_at: String,
 }

@@ -116,6 +116,23 @@ fn failed(started_at: &str, reason: String) -> contract::Result {
     }
 }
 
+/// "exit code 3" or "signal 9".
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (_, Some(s)) => format!("signal {s}"),
+        _ => "an unknown status".to_owned(),
+    }
+}
+
+/// A free TCP port on loopback, for a gang's rendezvous (MASTER_PORT).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or(29500, |a| a.port())
+}
+
 /// One checkpoint sync (nothing happens when nothing changed).
 fn sync_once(stores: &Stores, c: &mut Checkpoints, dir: &Path) -> Result<(), String> {
     stores
@@ -245,77 +262,104 @@ fn run(
         result.end = End::Terminated;
         return Ok(result);
     }
-    let spawned = Command::new(program)
-        .args(args)
-        .current_dir(&launch.workdir)
-        .envs(&launch.env)
-        .env("SLUICE_METRICS_FILE", &metrics_file)
-        .env("SLUICE_RESUMED", if resumed { "1" } else { "0" })
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let why = if launch.workdir.is_dir() {
-                format!("cannot start '{program}': {e}")
-            } else {
-                format!(
-                    "cannot start '{program}': working directory {} does not exist",
-                    launch.workdir.display()
-                )
-            };
-            log.line("err", &why);
-            return Ok(failed(started_at, why));
+    // A gang: `workers` copies of the program, each in its own process group, meeting at
+    // MASTER_ADDR:MASTER_PORT (PyTorch's launcher conventions). All or nothing: one worker
+    // that fails stops the others, and the attempt fails.
+    let workers = launch.workers.max(1);
+    let master_port = if workers > 1 { free_port() } else { 0 };
+    let mut groups: Vec<Pid> = Vec::new();
+    let (done_tx, done) = mpsc::channel::<()>();
+    let (tx, rx) = mpsc::channel::<(u32, std::io::Result<std::process::ExitStatus>)>();
+    let mut readers = Vec::new();
+    for rank in 0..workers {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(&launch.workdir)
+            .envs(&launch.env)
+            .env("SLUICE_METRICS_FILE", &metrics_file)
+            .env("SLUICE_RESUMED", if resumed { "1" } else { "0" })
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if workers > 1 {
+            cmd.env("WORLD_SIZE", workers.to_string())
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", master_port.to_string())
+                .env("PET_NNODES", workers.to_string())
+                .env("PET_NODE_RANK", rank.to_string())
+                .env("PET_NPROC_PER_NODE", "1");
         }
-    };
-    let pid = child.id();
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for g in &groups {
+                    let _ = killpg(*g, Signal::SIGKILL);
+                }
+                let why = if launch.workdir.is_dir() {
+                    format!("cannot start '{program}': {e}")
+                } else {
+                    format!(
+                        "cannot start '{program}': working directory {} does not exist",
+                        launch.workdir.display()
+                    )
+                };
+                log.line("err", &why);
+                return Ok(failed(started_at, why));
+            }
+        };
+        groups.push(Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX)));
+        let (out_name, err_name) = if workers > 1 {
+            (format!("out[{rank}]"), format!("err[{rank}]"))
+        } else {
+            ("out".to_owned(), "err".to_owned())
+        };
+        if let Some(out) = child.stdout.take() {
+            let log = Arc::clone(&log);
+            let metrics_file = metrics_file.clone();
+            // Metrics come from rank 0 (the convention of distributed training loops).
+            let parse = launch.metrics_stdout && rank == 0;
+            let done_tx = done_tx.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut m = StdoutMetrics::default();
+                read_lines(out, |line| {
+                    log.line(&out_name, line);
+                    if parse {
+                        let _ = metrics::append(&metrics_file, &m.parse(line));
+                    }
+                });
+                let _ = done_tx.send(());
+            }));
+        }
+        if let Some(err) = child.stderr.take() {
+            let log = Arc::clone(&log);
+            let done_tx = done_tx.clone();
+            readers.push(std::thread::spawn(move || {
+                read_lines(err, |line| log.line(&err_name, line));
+                let _ = done_tx.send(());
+            }));
+        }
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((rank, child.wait()));
+        });
+    }
+    drop(done_tx);
+    drop(tx);
     let started = Started {
         runtime_pid: std::process::id(),
-        pid,
+        pid: groups.first().map_or(0, |g| g.as_raw().unsigned_abs()),
+        groups: groups.iter().map(|g| g.as_raw().unsigned_abs()).collect(),
         started_at: started_at.to_owned(),
     };
     let bytes = serde_json::to_vec(&started)
-        .map_err(|e| io("cannot encode started.json")(std::io::Error::other(e)))?;
+        .map_err(|e| io("cannot encode the start")(std::io::Error::other(e)))?;
     // Into the lock file (no new file per attempt); not fsynced: after a crash the lock and
     // result.json decide, this only tells "started" from "never started".
     lock.write_all(&bytes)
         .map_err(io("cannot record the start"))?;
-
-    // Each reader says on `done` when its pipe reached its end.
-    let (done_tx, done) = mpsc::channel::<()>();
-    let mut readers = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        let log = Arc::clone(&log);
-        let metrics_file = metrics_file.clone();
-        let parse = launch.metrics_stdout;
-        let done_tx = done_tx.clone();
-        readers.push(std::thread::spawn(move || {
-            let mut m = StdoutMetrics::default();
-            read_lines(out, |line| {
-                log.line("out", line);
-                if parse {
-                    let _ = metrics::append(&metrics_file, &m.parse(line));
-                }
-            });
-            let _ = done_tx.send(());
-        }));
-    }
-    if let Some(err) = child.stderr.take() {
-        let log = Arc::clone(&log);
-        let done_tx = done_tx.clone();
-        readers.push(std::thread::spawn(move || {
-            read_lines(err, |line| log.line("err", line));
-            let _ = done_tx.send(());
-        }));
-    }
-    drop(done_tx);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
     // Checkpoint syncs while the program runs, on their own thread: a slow or failing store
     // never holds the program up.
     let (stop_sync, stop_rx) = mpsc::channel::<()>();
@@ -340,15 +384,41 @@ fn run(
         _ => None,
     };
 
-    let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    let kill_all = |sig: Signal| {
+        for g in &groups {
+            let _ = killpg(*g, sig);
+        }
+    };
     let terminate_file = dir.join(contract::TERMINATE_FILE);
     let begin = Instant::now();
     let timeout = launch.timeout_ms.map(Duration::from_millis);
     let grace = Duration::from_millis(launch.grace_ms);
     let mut stopping: Option<(End, Instant)> = None;
-    let status = loop {
+    let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; groups.len()];
+    let mut failed_rank: Option<usize> = None;
+    while statuses.iter().any(Option::is_none) {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(status) => break status.map_err(io("cannot wait for the program"))?,
+            Ok((rank, status)) => {
+                let status = status.map_err(io("cannot wait for the program"))?;
+                let r = rank as usize;
+                if let Some(slot) = statuses.get_mut(r) {
+                    *slot = Some(status);
+                }
+                if !status.success() && stopping.is_none() && groups.len() > 1 {
+                    failed_rank = Some(r);
+                    log.line(
+                        "err",
+                        &format!(
+                            "sluice-runtime: worker {rank} ended with {}; stopping the others (SIGTERM, SIGKILL in {}ms)",
+                            describe(status),
+                            grace.as_millis()
+                        ),
+                    );
+                    kill_all(Signal::SIGTERM);
+                    stopping = Some((End::Failed, Instant::now()));
+                }
+                continue;
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Ok(failed(started_at, "lost track of the program".into()));
             }
@@ -371,17 +441,20 @@ fn run(
                             grace.as_millis()
                         ),
                     );
-                    let _ = killpg(group, Signal::SIGTERM);
+                    kill_all(Signal::SIGTERM);
                     stopping = Some((end, Instant::now()));
                 }
             }
-            Some((_, since)) if since.elapsed() >= grace => {
-                let _ = killpg(group, Signal::SIGKILL);
-            }
+            Some((_, since)) if since.elapsed() >= grace => kill_all(Signal::SIGKILL),
             Some(_) => {}
         }
-    };
-    // Readers end when every process holding the pipes has exited; leftovers of the group
+    }
+    // The status that decides: the worker that failed first, else rank 0.
+    let status = failed_rank
+        .and_then(|r| statuses.get(r).copied().flatten())
+        .or_else(|| statuses.first().copied().flatten())
+        .ok_or_else(|| io("cannot wait for the program")(std::io::Error::other("no status")))?;
+    // Readers end when every process holding the pipes has exited; leftovers of the groups
     // that keep them open (a `sleep &`) are ended with the step.
     // (Waiting on the channel, not polling: a no-op step must not pay a sleep.)
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -391,7 +464,7 @@ fn run(
         match done.recv_timeout(left) {
             Ok(()) => open -= 1,
             Err(_) => {
-                let _ = killpg(group, Signal::SIGKILL);
+                kill_all(Signal::SIGKILL);
                 break;
             }
         }
@@ -428,7 +501,15 @@ fn run(
         signal,
         started_at: started_at.to_owned(),
         ended_at: String::new(),
-        reason: signal.map(|s| format!("killed by signal {s}")),
+        reason: match (failed_rank, signal) {
+            (Some(rank), _) => Some(format!(
+                "worker {rank} of {} ended with {}; the gang was stopped",
+                groups.len(),
+                describe(status)
+            )),
+            (None, Some(s)) => Some(format!("killed by signal {s}")),
+            (None, None) => None,
+        },
         metrics: BTreeMap::new(),
     };
     if let Some((end, _)) = stopping {

@@ -1379,13 +1379,18 @@ fn probe(dir: &Path) -> std::io::Result<Probe> {
     {
         // The runtime died (SIGKILL, OOM) but its program may live on in its own group: end
         // it, so that a lost attempt never runs beside the one that replaces it.
-        if let Ok(started) = serde_json::from_slice::<contract::Started>(&text)
-            && let Ok(group) = i32::try_from(started.pid)
-        {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(group),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        if let Ok(started) = serde_json::from_slice::<contract::Started>(&text) {
+            let groups = if started.groups.is_empty() {
+                vec![started.pid]
+            } else {
+                started.groups
+            };
+            for group in groups.into_iter().filter_map(|g| i32::try_from(g).ok()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(group),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
         }
         return Ok(Probe::Vanished(
             "the runtime stopped without recording the end".into(),

@@ -247,6 +247,7 @@ pub fn build(
             prefix: checkpoint_prefix(&run.team, &run.id, &row.name),
             keep: KEEP_CHECKPOINTS,
         }),
+        workers: step.resources.workers.max(1),
         objects: run.objects.clone(),
         outputs_key: format!(
             "{}/outputs",
