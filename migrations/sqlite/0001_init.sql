@@ -50,6 +50,7 @@ CREATE TABLE attempts (
     exit_code       INTEGER,
     signal          INTEGER,
     reason          TEXT,
+    metrics         TEXT,                   -- the last value of each metric the attempt reported, a JSON object
     started_at      TEXT NOT NULL,
     ended_at        TEXT,
     PRIMARY KEY (run_id, step, number)

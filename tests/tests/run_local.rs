@@ -73,6 +73,8 @@ fn status_json_has_the_pinned_shape() {
     let a = &v["steps"][0];
     assert_eq!(a["name"], "a");
     assert_eq!(a["metrics"]["accuracy"], 0.91);
+    // Metrics are kept per attempt too.
+    assert_eq!(a["attempts"][0]["metrics"]["accuracy"], 0.91);
     assert_eq!(a["attempts"][0]["number"], 1);
     assert_eq!(a["attempts"][0]["state"], "Succeeded");
     assert_eq!(a["attempts"][0]["exit_code"], 0);
@@ -751,4 +753,24 @@ fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder()
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(sb.path().join("store/teams/default/runs").exists());
+}
+
+#[test]
+fn metrics_from_the_metrics_file_and_standard_output_are_kept_per_attempt() {
+    let sb = Sandbox::new("metricsfile");
+    sb.write(
+        "p.yaml",
+        &pipeline("m", "  steps:\n    - name: train\n      retry: {limit: 1, backoff: 10ms}\n      run: |\n        echo '{\"name\": \"loss\", \"value\": 0.5, \"step\": 1}' >> \"$SLUICE_METRICS_FILE\"\n        echo \"loss=0.$SLUICE_ATTEMPT\"\n        echo '{\"name\": \"accuracy\", \"value\": 0.8, \"step\": 2}' >> \"$SLUICE_METRICS_FILE\"\n        test $SLUICE_ATTEMPT = 2\n"),
+    );
+    let out = sb.run(&["run", "p.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let status = sb.status(&sb.last_run());
+    let step = &status["steps"][0];
+    let attempts = step["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2);
+    // The last value of each metric, per attempt, from both sources.
+    assert_eq!(attempts[0]["metrics"]["loss"], 0.1, "{status}");
+    assert_eq!(attempts[1]["metrics"]["loss"], 0.2, "{status}");
+    assert_eq!(attempts[1]["metrics"]["accuracy"], 0.8, "{status}");
+    assert_eq!(step["metrics"]["loss"], 0.2, "{status}");
 }

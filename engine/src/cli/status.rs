@@ -62,6 +62,9 @@ pub struct AttemptView {
     pub ended_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The last value of each metric this attempt reported.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, f64>,
 }
 
 fn summary(run: &RunRow) -> RunView {
@@ -95,6 +98,11 @@ pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Erro
                 started_at: a.started_at.clone(),
                 ended_at: a.ended_at.clone(),
                 reason: a.reason.clone(),
+                metrics: a
+                    .metrics
+                    .as_deref()
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or_default(),
             });
     }
     let mut v = summary(&run);

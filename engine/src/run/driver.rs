@@ -1223,6 +1223,9 @@ impl Driver {
         attempt.signal = result.signal.map(i64::from);
         attempt.reason = result.reason.clone();
         attempt.ended_at = Some(result.ended_at.clone());
+        if !result.metrics.is_empty() {
+            attempt.metrics = serde_json::to_string(&result.metrics).ok();
+        }
         let dir = PathBuf::from(&attempt.dir);
         if !result.metrics.is_empty() {
             let mut metrics: BTreeMap<String, f64> = self.rows[idx]

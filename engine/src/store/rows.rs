@@ -69,6 +69,8 @@ pub struct AttemptRow {
     pub exit_code: Option<i64>,
     pub signal: Option<i64>,
     pub reason: Option<String>,
+    /// The last value of each metric the attempt reported, a JSON object.
+    pub metrics: Option<String>,
     pub started_at: String,
     pub ended_at: Option<String>,
 }
@@ -132,6 +134,7 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
         exit_code: r.get("exit_code"),
         signal: r.get("signal"),
         reason: r.get("reason"),
+        metrics: r.get("metrics"),
         started_at: r.get("started_at"),
         ended_at: r.get("ended_at"),
     }
@@ -140,7 +143,7 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
 const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, reason, attempts, retries_used, not_before, metrics, outputs, cache_key, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const UPDATE_STEP: &str = "UPDATE steps SET state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
 const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running') AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
-const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
+const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
@@ -191,6 +194,7 @@ async fn update_attempt(tx: &mut Tx<'_>, run: &str, a: &AttemptRow) -> Result<()
         .bind(a.exit_code)
         .bind(a.signal)
         .bind(&a.reason)
+        .bind(&a.metrics)
         .bind(&a.ended_at)
         .bind(run)
         .bind(&a.step)
