@@ -47,7 +47,7 @@ pub enum Exec {
 /// to this process ends the attempt cleanly.
 pub fn exec(dir: &Path) -> Result<Exec, Error> {
     let term = signals()?;
-    attempt(dir, &term, &Arc::new(Stores::new()))
+    attempt(dir, &term, &Arc::new(Stores::single()))
 }
 
 /// SIGTERM sets the returned flag; SIGINT and SIGHUP (a terminal's Ctrl-C or hang-up) do

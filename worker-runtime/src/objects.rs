@@ -151,18 +151,37 @@ impl Objects {
         Ok(files.len())
     }
 
-    /// Streams one local file into one object (multipart for large files).
+    /// Uploads one local file as one object: a single PUT up to 8 MiB, multipart above.
+    ///
+    /// The file is read with plain blocking reads of 8 MiB: the runtime gives object-store
+    /// work its own threads, and tokio's file reads would cost a thread hand-off per 2 MiB.
     pub async fn put_file(&self, from: &Path, key: &str) -> Result<(), Error> {
+        use std::io::Read;
+        const CHUNK: usize = 8 << 20;
         let local = |op| {
             let path = from.to_owned();
             move |source| Error::Local { op, path, source }
         };
-        let mut file = tokio::fs::File::open(from).await.map_err(local("open"))?;
-        let mut writer =
-            object_store::buffered::BufWriter::new(Arc::clone(&self.store), Key::from(key));
-        tokio::io::copy(&mut file, &mut writer)
-            .await
-            .map_err(local("upload"))?;
+        let mut file = std::fs::File::open(from).map_err(local("open"))?;
+        let len = file.metadata().map_err(local("read"))?.len();
+        if len <= CHUNK as u64 {
+            let mut bytes = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut bytes).map_err(local("read"))?;
+            return self.put_bytes(key, bytes).await;
+        }
+        let mut writer = object_store::buffered::BufWriter::with_capacity(
+            Arc::clone(&self.store),
+            Key::from(key),
+            CHUNK,
+        );
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = file.read(&mut buf).map_err(local("read"))?;
+            if n == 0 {
+                break;
+            }
+            writer.write_all(&buf[..n]).await.map_err(local("upload"))?;
+        }
         writer.shutdown().await.map_err(local("upload"))?;
         Ok(())
     }
@@ -190,31 +209,45 @@ impl Objects {
         Ok(())
     }
 
+    /// Downloads one object into the file `to`, written with plain blocking writes (see
+    /// [`Self::put_file`]).
     async fn get_file(&self, key: &Key, to: &Path) -> Result<(), Error> {
+        use std::io::Write;
         let local = |op| {
             let path = to.to_owned();
             move |source| Error::Local { op, path, source }
         };
         if let Some(parent) = to.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(local("create the folder of"))?;
+            std::fs::create_dir_all(parent).map_err(local("create the folder of"))?;
         }
         let got = self
             .store
             .get(key)
             .await
             .map_err(self.err("read", key.as_ref()))?;
-        let mut file = tokio::fs::File::create(to).await.map_err(local("create"))?;
-        let mut chunks = got.into_stream();
+        let mut file = std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(to).map_err(local("create"))?,
+        );
+        // A local store hands the file itself: copy it in one go (the kernel's copy), not in
+        // 8 KiB stream chunks.
+        let chunks = match got.payload {
+            object_store::GetResultPayload::File(mut source, _) => {
+                std::io::copy(&mut source, &mut file).map_err(local("write"))?;
+                file.flush().map_err(local("write"))?;
+                return Ok(());
+            }
+            object_store::GetResultPayload::Stream(s) => s,
+        };
+        let mut chunks = chunks;
         while let Some(chunk) = chunks
             .try_next()
             .await
             .map_err(self.err("read", key.as_ref()))?
         {
-            file.write_all(&chunk).await.map_err(local("write"))?;
+            file.write_all(&chunk).map_err(local("write"))?;
         }
-        file.flush().await.map_err(local("write"))?;
+        file.flush().map_err(local("write"))?;
         Ok(())
     }
 

@@ -11,11 +11,22 @@ use crate::objects::Objects;
 pub struct Stores {
     rt: OnceLock<tokio::runtime::Runtime>,
     open: Mutex<HashMap<String, Objects>>,
+    /// One attempt in this process: a current-thread runtime, which starts no thread.
+    single: bool,
 }
 
 impl Stores {
+    /// For many attempts at once (`serve`).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// For one attempt (`exec`): its store work never runs on two threads at once.
+    pub fn single() -> Self {
+        Stores {
+            single: true,
+            ..Self::default()
+        }
     }
 
     /// The store at `url`, opened once.
@@ -32,13 +43,19 @@ impl Stores {
         Ok(o)
     }
 
-    /// Runs `f` to its end on this thread. Any number of threads may do so at once (the
-    /// runtime is multi-threaded, with one worker for what the stores spawn themselves).
+    /// Runs `f` to its end on this thread. With [`Stores::new`] any number of threads may do
+    /// so at once (the runtime is multi-threaded, with one worker for what the stores spawn
+    /// themselves); with [`Stores::single`] one at a time.
     pub fn block_on<F: std::future::Future>(&self, f: F) -> Result<F::Output, String> {
         if self.rt.get().is_none() {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("sluice-runtime-io")
+            let mut builder = if self.single {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(1).thread_name("sluice-runtime-io");
+                b
+            };
+            let rt = builder
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start the object store client: {e}"))?;
