@@ -46,6 +46,7 @@ CREATE TABLE attempts (
     dir             TEXT NOT NULL,          -- the attempt's folder (launch.json, lock, result.json)
     millicpu        BIGINT NOT NULL,
     memory          BIGINT NOT NULL,
+    gpus            TEXT,                   -- GPU indices held while Running, comma-separated
     pid             BIGINT,
     exit_code       INTEGER,
     signal          INTEGER,

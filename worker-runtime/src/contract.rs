@@ -62,6 +62,16 @@ pub struct Launch {
     pub checkpoint_dir: PathBuf,
     /// Checkpointing, when the step has it (the default): see [`crate::checkpoint`].
     pub checkpoint: Option<CheckpointSpec>,
+    /// GPU indices held by the attempt, `gpus_per_worker` to each worker in rank order: the
+    /// runtime sets each worker's `CUDA_VISIBLE_DEVICES` from them.
+    #[serde(default)]
+    pub gpus: Vec<u32>,
+    #[serde(default)]
+    pub gpus_per_worker: u32,
+    /// The machine has GPUs and the step asked none: `CUDA_VISIBLE_DEVICES` is set empty, so
+    /// that it does not take GPUs held by others.
+    #[serde(default)]
+    pub hide_gpus: bool,
     /// How many copies of the program run together (a gang, `workers:`); 1 for a step.
     #[serde(default = "one")]
     pub workers: u32,

@@ -282,6 +282,19 @@ fn run(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if launch.gpus_per_worker > 0 {
+            let per = launch.gpus_per_worker as usize;
+            let mine: Vec<String> = launch
+                .gpus
+                .iter()
+                .skip(rank as usize * per)
+                .take(per)
+                .map(u32::to_string)
+                .collect();
+            cmd.env("CUDA_VISIBLE_DEVICES", mine.join(","));
+        } else if launch.hide_gpus {
+            cmd.env("CUDA_VISIBLE_DEVICES", "");
+        }
         if workers > 1 {
             cmd.env("WORLD_SIZE", workers.to_string())
                 .env("RANK", rank.to_string())

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::launch::{self, Scope, Stop};
 use super::state::{attempt as at, run as rs, step as st};
 use crate::spec::model::{Document, ForEach, ParamType, ParamValue, Pipeline, RetryOn, Step};
-use crate::store::{self, AttemptRow, Change, Event, RunRow, StepRow, Store};
+use crate::store::{self, AttemptRow, Capacity, Change, Event, RunRow, StepRow, Store};
 use crate::time::{now_ms, now_rfc3339};
 
 /// How long a lease lasts without renewal; renewed every third of it.
@@ -115,7 +115,7 @@ pub struct Driver {
     generations: u64,
     pending: Pending,
     owner: String,
-    capacity: (i64, i64),
+    capacity: Capacity,
     grace_ms: u64,
     cancelling: bool,
     failed_fast: bool,
@@ -140,7 +140,33 @@ pub fn owner_name() -> String {
 }
 
 /// CPU (millicores) and memory (bytes) of this machine: the local pool.
-pub fn machine_capacity() -> (i64, i64) {
+/// The GPUs of this machine, by index, as `nvidia-smi` lists them (none without it).
+pub fn machine_gpus() -> Vec<u32> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=index", "--format=csv,noheader"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// This machine's pool: its cores, memory and GPUs.
+pub fn machine_capacity() -> Capacity {
+    let (millicpu, memory) = machine_cpu_memory();
+    Capacity {
+        millicpu,
+        memory,
+        gpus: machine_gpus(),
+    }
+}
+
+fn machine_cpu_memory() -> (i64, i64) {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as i64;
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -911,6 +937,7 @@ impl Driver {
             &self.rows[idx],
             number,
             self.grace_ms,
+            self.capacity.gpus.len(),
         );
         let launch = match built {
             Ok(l) => l,
@@ -960,13 +987,30 @@ impl Driver {
             events,
             ..Change::default()
         };
-        if !self
+        let gpus = step.resources.gpu * step.resources.workers.max(1);
+        let Some(assigned) = self
             .store
-            .start_attempt(&self.run.id, &row, &attempt, self.capacity, before)
+            .start_attempt(&self.run.id, &row, &attempt, &self.capacity, gpus, before)
             .await?
-        {
+        else {
             let _ = std::fs::remove_dir_all(&dir);
             return Ok(false);
+        };
+        let mut attempt = attempt;
+        if !assigned.is_empty() {
+            // The GPUs are known once reserved: the launch is written again before the
+            // runtime is handed it.
+            let mut launch = launch.clone();
+            launch.gpus = assigned.clone();
+            launch::prepare(&dir, &launch)
+                .map_err(io(format!("cannot write attempt folder {}", dir.display())))?;
+            attempt.gpus = Some(
+                assigned
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
         }
         self.rows[idx].attempts = number;
         self.rows[idx].not_before = None;

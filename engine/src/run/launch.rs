@@ -185,8 +185,17 @@ pub fn build(
     row: &StepRow,
     number: i64,
     grace_ms: u64,
+    machine_gpus: usize,
 ) -> Result<Launch, Stop> {
     let run = scope.run;
+    let wanted = step.resources.gpu as usize * step.resources.workers.max(1) as usize;
+    if wanted > machine_gpus {
+        return Err(Stop::Fail(format!(
+            "it asks for {wanted} GPU(s) ({} per worker x {} worker(s)) and this machine has {machine_gpus} (found with nvidia-smi)",
+            step.resources.gpu,
+            step.resources.workers.max(1)
+        )));
+    }
     let dir = attempt_dir(home, &run.id, &row.name, number);
     let inputs_dir = dir.join("inputs");
     let mut inputs = Vec::new();
@@ -248,6 +257,9 @@ pub fn build(
             keep: KEEP_CHECKPOINTS,
         }),
         workers: step.resources.workers.max(1),
+        gpus: Vec::new(),
+        gpus_per_worker: step.resources.gpu,
+        hide_gpus: machine_gpus > 0 && step.resources.gpu == 0,
         objects: run.objects.clone(),
         outputs_key: format!(
             "{}/outputs",

@@ -65,6 +65,8 @@ pub struct AttemptRow {
     pub dir: String,
     pub millicpu: i64,
     pub memory: i64,
+    /// GPU indices of this machine held while Running, comma-separated.
+    pub gpus: Option<String>,
     pub pid: Option<i64>,
     pub exit_code: Option<i64>,
     pub signal: Option<i64>,
@@ -130,6 +132,7 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
         dir: r.get("dir"),
         millicpu: r.get("millicpu"),
         memory: r.get("memory"),
+        gpus: r.get("gpus"),
         pid: r.get("pid"),
         exit_code: r.get("exit_code"),
         signal: r.get("signal"),
@@ -142,7 +145,7 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
 
 const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, reason, attempts, retries_used, not_before, metrics, outputs, cache_key, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const UPDATE_STEP: &str = "UPDATE steps SET state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
-const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running') AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
+const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running') AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
 const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
@@ -248,6 +251,15 @@ async fn apply(tx: &mut Tx<'_>, run: &str, change: &Change<'_>) -> Result<(), Er
             .await?;
     }
     insert_events(tx, run, &change.events).await
+}
+
+/// What the machine's pool holds: shared by every `sluice` on the home.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    pub millicpu: i64,
+    pub memory: i64,
+    /// GPU indices (found with nvidia-smi).
+    pub gpus: Vec<u32>,
 }
 
 /// A change to commit at once: steps, attempts, the run's end, events.
@@ -373,19 +385,56 @@ impl Store {
     }
 
     /// Commits `before`, then starts an attempt if the machine's pool has room for it: reserves
-    /// its CPU and memory, records it `Running` and its step `Running`, all in one transaction.
-    /// False: no room now (`before` is committed all the same).
+    /// its CPU, memory and `gpus` GPUs (the lowest free indices), records it `Running` and its
+    /// step `Running`, all in one transaction. Returns the GPU indices it holds, or None when
+    /// there is no room now (`before` is committed all the same).
     pub async fn start_attempt(
         &self,
         run: &str,
         step: &StepRow,
         attempt: &AttemptRow,
-        capacity: (i64, i64),
+        capacity: &Capacity,
+        gpus: u32,
         before: Change<'_>,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<Vec<u32>>, Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         // Changes decided earlier (attempt ends) go first: they may free the room this needs.
         apply(&mut tx, run, &before).await?;
+        // GPUs: the lowest free indices, all or none.
+        let mut assigned = Vec::new();
+        if gpus > 0 {
+            let held: std::collections::BTreeSet<u32> = sqlx::query(
+                "SELECT gpus FROM attempts WHERE state = 'Running' AND gpus IS NOT NULL",
+            )
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .flat_map(|r| {
+                r.get::<String, _>(0)
+                    .split(',')
+                    .filter_map(|g| g.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect();
+            assigned = capacity
+                .gpus
+                .iter()
+                .copied()
+                .filter(|g| !held.contains(g))
+                .take(gpus as usize)
+                .collect();
+            if assigned.len() < gpus as usize {
+                tx.commit().await?;
+                return Ok(None);
+            }
+        }
+        let gpu_list = (!assigned.is_empty()).then(|| {
+            assigned
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        });
         // Reserve and record in one statement: the row is inserted only if the pool has room
         // (what running attempts hold, plus this one, within capacity), or if nothing runs: a
         // step larger than the whole machine still runs, alone, rather than never.
@@ -397,6 +446,7 @@ impl Store {
             .bind(&attempt.dir)
             .bind(attempt.millicpu)
             .bind(attempt.memory)
+            .bind(&gpu_list)
             .bind(attempt.pid)
             .bind(attempt.exit_code)
             .bind(attempt.signal)
@@ -404,15 +454,15 @@ impl Store {
             .bind(&attempt.started_at)
             .bind(&attempt.ended_at)
             .bind(attempt.millicpu)
-            .bind(capacity.0)
+            .bind(capacity.millicpu)
             .bind(attempt.memory)
-            .bind(capacity.1)
+            .bind(capacity.memory)
             .execute(&mut *tx)
             .await?
             .rows_affected();
         if inserted == 0 {
             tx.commit().await?;
-            return Ok(false);
+            return Ok(None);
         }
         update_step(&mut tx, run, step).await?;
         insert_events(
@@ -426,7 +476,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(assigned))
     }
 
     /// Takes the run's lease for `owner` until `until` (unix ms) unless a live engine holds
