@@ -162,3 +162,75 @@ fn preempted_and_lost_steps_resume_from_their_checkpoint() {
     let redone: u32 = times.values().map(|t| t - 1).sum();
     assert!(redone <= 3 + 5, "{redone} counts redone: {times:?}");
 }
+
+#[test]
+fn a_runtime_silent_past_the_heartbeat_timeout_loses_its_attempt_which_resumes() {
+    let sb = Sandbox::new("heartbeat");
+    // The counter, with each count tagged by its attempt.
+    sb.write(
+        "p.yaml",
+        &PIPELINE
+            .replace(
+                "f.write(f\"{n}\\n\")",
+                "f.write(f\"{os.environ['SLUICE_ATTEMPT']} {n}\\n\")",
+            )
+            .replace("\"60\"", "\"40\""),
+    );
+    let mut engine = sb
+        .cmd(&["run", "p.yaml"])
+        .env("SLUICE_HEARTBEAT_TIMEOUT", "1s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sluice run starts");
+    wait_for("some counts", || counted(&sb) > 5);
+    let run = sb.last_run();
+    let runtime = runtime_of(&sb, &run, 1).expect("attempt 1 records its runtime");
+    // The runtime hangs (SIGSTOP): its program goes on counting, but no heartbeat comes.
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &runtime.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+
+    let status = engine.wait().expect("the engine ends");
+    assert_eq!(status.code(), Some(0), "the run succeeds");
+    let status = sb.status(&run);
+    let attempts = status["steps"][0]["attempts"]
+        .as_array()
+        .expect("attempts")
+        .clone();
+    assert_eq!(attempts.len(), 2, "{status}");
+    assert_eq!(attempts[0]["state"], "Lost");
+    let reason = attempts[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("no heartbeat"), "{reason}");
+    assert_eq!(attempts[1]["state"], "Succeeded");
+    // Attempt 2 resumed from the checkpoint, and attempt 1's program was ended before it
+    // started: no count of attempt 1 after the first of attempt 2.
+    let starts = starts(&sb);
+    assert!(
+        starts.len() == 2 && starts[1].1 > 0 && starts[1].2 == "1",
+        "{starts:?}"
+    );
+    let work = std::fs::read_to_string(sb.path().join("work")).expect("work");
+    let tags: Vec<&str> = work.lines().filter_map(|l| l.split(' ').next()).collect();
+    let first_of_2 = tags
+        .iter()
+        .position(|t| *t == "2")
+        .expect("attempt 2 counted");
+    assert!(
+        tags[first_of_2..].iter().all(|t| *t == "2"),
+        "attempt 1 still counted after attempt 2 started"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.path().join("result")).expect("result"),
+        "40"
+    );
+    // The hung runtime was ended (a stopped process still takes SIGKILL).
+    assert!(
+        !std::path::Path::new(&format!("/proc/{runtime}")).exists() || {
+            std::thread::sleep(Duration::from_millis(500));
+            !std::path::Path::new(&format!("/proc/{runtime}")).exists()
+        }
+    );
+}

@@ -10,6 +10,10 @@
 //! | `output.log` | runtime | while the program runs (created at the first line): one line per output line, `RFC3339 stream text` |
 //! | `metrics.jsonl` | the program (`$SLUICE_METRICS_FILE`) and the runtime (stdout `NAME=VALUE`) | while the program runs |
 //! | `terminate` | engine | to stop the attempt: the runtime checks for it every 50 ms |
+//! | `lost` | engine | the attempt was declared lost (no heartbeat): no more syncs for it |
+//!
+//! The heartbeat is the lock's modification time, touched every `heartbeat_ms` from the
+//! moment the runtime takes the lock.
 //! | `result.json` ([`Result`]) | runtime | last, atomically (write, rename): the attempt has ended |
 //!
 //! The engine never acts on an attempt without reading these files: after a crash it learns
@@ -30,6 +34,9 @@ pub const RESULT_FILE: &str = "result.json";
 /// Created by the engine to stop an attempt (cancel, failFast, preemption): the runtime sends
 /// SIGTERM to the program's group, waits the grace period, then SIGKILL, and ends `Terminated`.
 pub const TERMINATE_FILE: &str = "terminate";
+/// Created by the engine when it declares the attempt lost (silent past the heartbeat
+/// timeout): a runtime that wakes up again syncs nothing more for it.
+pub const LOST_FILE: &str = "lost";
 pub const LOG_FILE: &str = "output.log";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 
@@ -72,6 +79,10 @@ pub struct Launch {
     /// that it does not take GPUs held by others.
     #[serde(default)]
     pub hide_gpus: bool,
+    /// How often the runtime shows it is alive, by touching the lock's modification time; the
+    /// engine declares an attempt lost when that time is older than its heartbeat timeout.
+    #[serde(default = "heartbeat_default")]
+    pub heartbeat_ms: u64,
     /// How many copies of the program run together (a gang, `workers:`); 1 for a step.
     #[serde(default = "one")]
     pub workers: u32,
@@ -81,6 +92,10 @@ pub struct Launch {
 
 fn one() -> u32 {
     1
+}
+
+fn heartbeat_default() -> u64 {
+    15_000
 }
 
 /// Where and how often a step's checkpoints are synced.

@@ -98,8 +98,23 @@ pub fn attempt(dir: &Path, term: &AtomicBool, stores: &Arc<Stores>) -> Result<Ex
             return Ok(Exec::Ran);
         }
     };
-    let result = run(dir, &launch, &started_at, term, &mut lock, stores)?;
-    write_result(dir, result)?;
+    // The heartbeat: the lock's modification time, touched from its own thread so that a
+    // long restore or upload keeps it going.
+    let (stop_beat, beat_rx) = mpsc::channel::<()>();
+    let beat = lock
+        .try_clone()
+        .map_err(io("cannot share the lock with the heartbeat"))?;
+    let every = Duration::from_millis(launch.heartbeat_ms.max(50));
+    let heart = std::thread::spawn(move || {
+        let _ = beat.set_modified(std::time::SystemTime::now());
+        while let Err(mpsc::RecvTimeoutError::Timeout) = beat_rx.recv_timeout(every) {
+            let _ = beat.set_modified(std::time::SystemTime::now());
+        }
+    });
+    let result = run(dir, &launch, &started_at, term, &mut lock, stores);
+    drop(stop_beat);
+    let _ = heart.join();
+    write_result(dir, result?)?;
     drop(lock);
     Ok(Exec::Ran)
 }
@@ -133,8 +148,13 @@ fn free_port() -> u16 {
         .map_or(29500, |a| a.port())
 }
 
-/// One checkpoint sync (nothing happens when nothing changed).
+/// One checkpoint sync (nothing happens when nothing changed, or when the engine has
+/// declared the attempt lost and another one may be writing checkpoints already).
 fn sync_once(stores: &Stores, c: &mut Checkpoints, dir: &Path) -> Result<(), String> {
+    let attempt_dir = dir.parent().unwrap_or(dir);
+    if attempt_dir.join(contract::LOST_FILE).exists() {
+        return Ok(());
+    }
     stores
         .block_on(c.sync(dir))?
         .map(|_| ())

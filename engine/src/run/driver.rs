@@ -30,6 +30,18 @@ const REATTACHED_POLL: Duration = Duration::from_millis(200);
 const CANCEL_POLL: Duration = Duration::from_millis(300);
 /// How often a step waiting for CPU or memory held by other runs tries again.
 const CAPACITY_POLL: Duration = Duration::from_millis(100);
+/// How long an attempt's runtime may stay silent (no heartbeat) before the attempt is declared
+/// lost: `runtime.heartbeatTimeout` of the contract, 60 s; `SLUICE_HEARTBEAT_TIMEOUT` (a
+/// duration such as `5s`) until Cluster files are read.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn heartbeat_timeout() -> Duration {
+    std::env::var("SLUICE_HEARTBEAT_TIMEOUT")
+        .ok()
+        .and_then(|t| crate::spec::units::parse_duration(&t).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(HEARTBEAT_TIMEOUT)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -113,6 +125,7 @@ pub struct Driver {
     server: Option<Server>,
     /// How many runtimes this engine has started.
     generations: u64,
+    heartbeat_timeout: Duration,
     pending: Pending,
     owner: String,
     capacity: Capacity,
@@ -284,6 +297,7 @@ impl Driver {
             rx,
             server: None,
             generations: 0,
+            heartbeat_timeout: heartbeat_timeout(),
             pending: Pending::default(),
             owner,
             capacity: machine_capacity(),
@@ -484,6 +498,7 @@ impl Driver {
     ) -> Result<Ending, Error> {
         let mut last_cancel_check = std::time::Instant::now();
         let mut last_lease = std::time::Instant::now();
+        let mut last_heartbeats = std::time::Instant::now();
         let mut presses = 0;
         loop {
             self.advance(watcher).await?;
@@ -542,6 +557,11 @@ impl Driver {
                 () = tokio::time::sleep(wait) => {}
             }
             self.poll_reattached().await?;
+            let beat_every = (self.heartbeat_timeout / 4).min(Duration::from_secs(1));
+            if last_heartbeats.elapsed() >= beat_every {
+                last_heartbeats = std::time::Instant::now();
+                self.check_heartbeats().await?;
+            }
             if last_cancel_check.elapsed() >= CANCEL_POLL {
                 last_cancel_check = std::time::Instant::now();
                 if !self.cancelling && self.store.cancel_requested(&self.run.id).await? {
@@ -939,7 +959,7 @@ impl Driver {
             self.grace_ms,
             self.capacity.gpus.len(),
         );
-        let launch = match built {
+        let mut launch = match built {
             Ok(l) => l,
             Err(Stop::Skip(why)) => {
                 self.set_state(idx, st::SKIPPED, Some(why));
@@ -950,6 +970,9 @@ impl Driver {
                 return self.commit_row(idx, watcher).await.map(|()| true);
             }
         };
+        launch.heartbeat_ms = u64::try_from(self.heartbeat_timeout.as_millis() / 4)
+            .unwrap_or(15_000)
+            .max(50);
         if step.cache.is_some() && self.try_cache(idx, &step, &launch).await? {
             return self.commit_row(idx, watcher).await.map(|()| true);
         }
@@ -1169,6 +1192,53 @@ impl Driver {
                 live.ours = None;
             }
         }
+    }
+
+    /// Declares lost the attempts whose runtime has been silent past the heartbeat timeout (it
+    /// hangs, or its machine died): their programs are ended, a runtime of this engine that
+    /// hangs is ended too, and each step is queued again at once, to resume from its
+    /// checkpoint.
+    async fn check_heartbeats(&mut self) -> Result<(), Error> {
+        let now = std::time::SystemTime::now();
+        let silent: Vec<(String, PathBuf, Option<u64>, Duration)> = self
+            .live
+            .iter()
+            .filter_map(|(name, l)| {
+                let dir = PathBuf::from(&l.attempt.dir);
+                let modified = std::fs::metadata(dir.join(contract::LOCK_FILE))
+                    .and_then(|m| m.modified())
+                    .ok()?;
+                let quiet = now.duration_since(modified).unwrap_or_default();
+                (quiet > self.heartbeat_timeout).then(|| (name.clone(), dir, l.ours, quiet))
+            })
+            .collect();
+        for (name, dir, ours, quiet) in silent {
+            // A runtime that wakes up again must not sync over the next attempt's checkpoints.
+            let _ = std::fs::write(dir.join(contract::LOST_FILE), b"");
+            kill_programs(&dir);
+            if let Some(generation) = ours {
+                if let Some(server) = self.server.as_ref().filter(|s| s.generation == generation)
+                    && let Some(pid) = server.pid.and_then(|p| i32::try_from(p).ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                self.runtime_gone(generation);
+            }
+            self.lose_attempt(
+                &name,
+                format!(
+                    "no heartbeat for {} (its runtime hangs or its machine died)",
+                    crate::spec::units::format_duration(Duration::from_secs(
+                        quiet.as_secs().max(1)
+                    ))
+                ),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Keeps the attempt's log in the object store once it has ended (at
@@ -1426,19 +1496,7 @@ fn probe(dir: &Path) -> std::io::Result<Probe> {
     {
         // The runtime died (SIGKILL, OOM) but its program may live on in its own group: end
         // it, so that a lost attempt never runs beside the one that replaces it.
-        if let Ok(started) = serde_json::from_slice::<contract::Started>(&text) {
-            let groups = if started.groups.is_empty() {
-                vec![started.pid]
-            } else {
-                started.groups
-            };
-            for group in groups.into_iter().filter_map(|g| i32::try_from(g).ok()) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(group),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
+        kill_programs(dir);
         return Ok(Probe::Vanished(
             "the runtime stopped without recording the end".into(),
         ));
@@ -1448,6 +1506,27 @@ fn probe(dir: &Path) -> std::io::Result<Probe> {
     Ok(Probe::Vanished(
         "the engine stopped before the attempt started".into(),
     ))
+}
+
+/// SIGKILL to every process group the attempt's runtime recorded starting.
+fn kill_programs(dir: &Path) {
+    let Ok(text) = std::fs::read(dir.join(contract::LOCK_FILE)) else {
+        return;
+    };
+    let Ok(started) = serde_json::from_slice::<contract::Started>(&text) else {
+        return;
+    };
+    let groups = if started.groups.is_empty() {
+        vec![started.pid]
+    } else {
+        started.groups
+    };
+    for group in groups.into_iter().filter_map(|g| i32::try_from(g).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(group),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 fn read_result(dir: &Path) -> Option<contract::Result> {

@@ -257,6 +257,8 @@ pub fn build(
             keep: KEEP_CHECKPOINTS,
         }),
         workers: step.resources.workers.max(1),
+        // Set by the driver from its heartbeat timeout.
+        heartbeat_ms: 15_000,
         gpus: Vec::new(),
         gpus_per_worker: step.resources.gpu,
         hide_gpus: machine_gpus > 0 && step.resources.gpu == 0,

@@ -28,6 +28,8 @@ pub enum Note {
 /// A running `sluice-runtime serve`.
 pub struct Server {
     stdin: ChildStdin,
+    /// The runtime's process id, to end it if it hangs.
+    pub pid: Option<u32>,
     /// Which runtime of this engine this is (1, 2, ...), to match `Note::Gone`.
     pub generation: u64,
 }
@@ -53,6 +55,7 @@ impl Server {
             .process_group(0)
             .kill_on_drop(false);
         let mut child: Child = cmd.spawn()?;
+        let pid = child.id();
         let stdin = child
             .stdin
             .take()
@@ -81,7 +84,11 @@ impl Server {
             // Reap it; it has closed its output, so it is ending.
             let _ = child.wait().await;
         });
-        Ok(Server { stdin, generation })
+        Ok(Server {
+            stdin,
+            pid,
+            generation,
+        })
     }
 
     /// Hands the runtime attempt `number` of `step`, prepared in `dir`.
