@@ -19,6 +19,8 @@ fn every_example_runs_as_written() {
         ("cache.yaml", 0),
         ("when.yaml", 0),
         ("params.yaml", 0),
+        ("checkpoint.yaml", 0),
+        ("gang.yaml", 0),
         ("on-exit.yaml", 1),
     ] {
         let path = ex.join(file);
