@@ -599,6 +599,22 @@ fn outputs_and_logs_go_to_the_object_store_the_run_was_given() {
     let out = sb.run(&["logs", &id, "use"]);
     assert!(out.stdout.contains('w'), "{}", out.stdout);
 
+    // A Cluster file's `objects` is used when --objects is not given.
+    sb.write(
+        "cluster.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: lab}\nspec:\n  objects: file://from-cluster\n  pools:\n    - {name: here, nodes: 1, resources: {cpu: 2, memory: 1Gi}}\n",
+    );
+    let out = sb.run(&["run", "p.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let id = sb.last_run();
+    assert!(
+        sb.path()
+            .join(format!(
+                "from-cluster/teams/default/runs/{id}/make/1/outputs/model/weights"
+            ))
+            .is_file()
+    );
+
     // A scheme this version cannot use is refused before anything runs.
     let out = sb.run(&["run", "p.yaml", "--objects", "gs://bucket/x"]);
     assert_eq!(out.code, Some(2), "{}", out.stderr);

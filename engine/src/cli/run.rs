@@ -31,8 +31,9 @@ pub struct RunArgs {
     /// A Cluster file (its scheduling arrives with the scheduler; accepted and checked now).
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<PathBuf>,
-    /// Where outputs and logs go, as an object store URL (default file://HOME/objects). The
-    /// run keeps it: resume and retry use the same store.
+    /// Where outputs, logs and checkpoints go, as an object store URL (file:///PATH or
+    /// s3://BUCKET/PREFIX); default: the Cluster file's `objects`, else file://HOME/objects.
+    /// The run keeps it: resume and retry use the same store.
     #[arg(long, env = "SLUICE_OBJECTS", value_name = "URL")]
     pub objects: Option<String>,
 }
@@ -134,7 +135,11 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
     let store = Store::open(home).await?;
-    let objects = match &args.objects {
+    let from_cluster = match (&args.objects, &args.cluster) {
+        (None, Some(file)) => cluster_objects(file)?,
+        _ => None,
+    };
+    let objects = match args.objects.as_ref().or(from_cluster.as_ref()) {
         // `file://.sluice/objects` (as the Cluster example writes it): relative to here.
         Some(url) => match url.strip_prefix("file://") {
             Some(path) if !Path::new(path).is_absolute() => {
@@ -183,6 +188,29 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
         eprintln!("run {id} started ({} {})", pipeline.metadata.name, shown);
     }
     drive(&store, &id, format, false).await
+}
+
+/// The `spec.objects` URL of the Cluster document in `file`, if it sets one.
+fn cluster_objects(file: &Path) -> Result<Option<String>, Error> {
+    let shown = file.display().to_string();
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::Usage(format!("cannot read {shown}: {e}")))?;
+    let loaded = spec::load(&shown, text);
+    let cluster = loaded.documents.iter().find_map(|d| match d {
+        Document::Pending(p) if p.kind == "Cluster" => Some(p),
+        _ => None,
+    });
+    let Some(cluster) = cluster else {
+        return Err(Error::Usage(format!(
+            "{shown} holds no kind: Cluster document"
+        )));
+    };
+    Ok(cluster
+        .spec
+        .as_ref()
+        .and_then(|s| s.get("objects"))
+        .and_then(|o| o.as_scalar())
+        .map(|o| o.text.clone()))
 }
 
 /// Starts `sluice resume RUN` in the background, in its own process group.
