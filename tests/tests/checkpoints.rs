@@ -234,3 +234,99 @@ fn a_runtime_silent_past_the_heartbeat_timeout_loses_its_attempt_which_resumes()
         }
     );
 }
+
+#[test]
+fn a_sync_cut_off_by_a_killed_runtime_is_never_restored() {
+    let sb = Sandbox::new("cutoff");
+    // Attempt 1 saves version 1 (small), waits for it to be synced, then saves version 2
+    // (100 MB in 20 files) and waits; attempt 2 reports what it finds.
+    sb.write(
+        "p.yaml",
+        r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: cutoff}
+spec:
+  steps:
+    - name: save
+      checkpoint: {every: 100ms}
+      command:
+        - python3
+        - -c
+        - |
+          import os, time
+          ck = os.environ["SLUICE_CHECKPOINT_DIR"]
+          def save(name, data):
+              with open(os.path.join(ck, name + ".tmp"), "wb") as f:
+                  f.write(data)
+              os.replace(os.path.join(ck, name + ".tmp"), os.path.join(ck, name))
+          if os.environ["SLUICE_ATTEMPT"] == "1":
+              save("version", b"1")
+              time.sleep(1.0)
+              # Version 2 appears at once: shards written aside, then moved in, then the
+              # version file, so that one sync carries all of it.
+              os.makedirs("aside", exist_ok=True)
+              for i in range(20):
+                  with open(f"aside/shard-{i}", "wb") as f:
+                      f.write(os.urandom(5 << 20))
+              for i in range(20):
+                  os.replace(f"aside/shard-{i}", os.path.join(ck, f"shard-{i}"))
+              save("version", b"2")
+              time.sleep(60)
+          else:
+              files = sorted(os.listdir(ck))
+              sizes = {f: os.path.getsize(os.path.join(ck, f)) for f in files}
+              whole = all(sizes[f] == 5 << 20 for f in files if f.startswith("shard-"))
+              open("found", "w").write(f"{open(os.path.join(ck, 'version')).read()} {whole}")
+"#,
+    );
+    let mut engine = sb
+        .cmd(&["run", "p.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sluice run starts");
+    // Watch the step's checkpoints: once a second checkpoint has data but no manifest yet,
+    // kill the runtime in the middle of that upload.
+    let objects = sb.home().join("objects/teams/default/checkpoints");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        assert!(Instant::now() < deadline, "never saw a sync in progress");
+        // Any checkpoint with data but no manifest yet: a sync in progress.
+        let found = std::fs::read_dir(&objects).ok().and_then(|mut runs| {
+            let run = runs.next()?.ok()?;
+            let seqs = std::fs::read_dir(run.path().join("save")).ok()?;
+            seqs.flatten()
+                .any(|seq| {
+                    seq.path().join("data").is_dir() && !seq.path().join("MANIFEST.json").exists()
+                })
+                .then(|| run.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(run) = found {
+            break run;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let runtime = runtime_of_step(&sb, &run, "save", 1).expect("the attempt records its runtime");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &runtime.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = engine.wait().expect("the engine ends");
+    assert_eq!(status.code(), Some(0));
+    let found = std::fs::read_to_string(sb.path().join("found")).expect("attempt 2 ran");
+    // The newest complete checkpoint had version 1 (and, if a sync caught the move half-way,
+    // some whole shards): never the cut-off version 2, never a partial file.
+    assert_eq!(
+        found, "1 True",
+        "attempt 2 restored the cut-off sync: {found}"
+    );
+}
+
+fn runtime_of_step(sb: &Sandbox, run: &str, step: &str, n: u32) -> Option<u32> {
+    let lock = sb.home().join(format!("attempts/{run}/{step}.{n}/lock"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(lock).ok()?).ok()?;
+    v["runtime_pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+}
