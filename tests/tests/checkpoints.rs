@@ -291,15 +291,19 @@ spec:
     let deadline = Instant::now() + Duration::from_secs(60);
     let run = loop {
         assert!(Instant::now() < deadline, "never saw a sync in progress");
-        // Any checkpoint with data but no manifest yet: a sync in progress.
+        // Once version 1 is a complete checkpoint, any later one with data but no manifest
+        // yet is a sync in progress.
         let found = std::fs::read_dir(&objects).ok().and_then(|mut runs| {
             let run = runs.next()?.ok()?;
-            let seqs = std::fs::read_dir(run.path().join("save")).ok()?;
-            seqs.flatten()
-                .any(|seq| {
-                    seq.path().join("data").is_dir() && !seq.path().join("MANIFEST.json").exists()
-                })
-                .then(|| run.file_name().to_string_lossy().into_owned())
+            let save = run.path().join("save");
+            let complete_first = save.join("0000000001/MANIFEST.json").exists();
+            let seqs = std::fs::read_dir(&save).ok()?;
+            let in_progress = seqs.flatten().any(|seq| {
+                seq.file_name() != "0000000001"
+                    && seq.path().join("data").is_dir()
+                    && !seq.path().join("MANIFEST.json").exists()
+            });
+            (complete_first && in_progress).then(|| run.file_name().to_string_lossy().into_owned())
         });
         if let Some(run) = found {
             break run;
