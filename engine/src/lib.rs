@@ -10,4 +10,5 @@ pub mod dag;
 pub mod run;
 pub mod spec;
 pub mod store;
+pub mod sweep;
 pub mod time;

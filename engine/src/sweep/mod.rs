@@ -1,0 +1,8 @@
+//! Sweeps: the search space and the algorithms that propose trials.
+//!
+//! Work in progress for the sweep issue: the space and TPE (with its quality tests) exist;
+//! `kind: Sweep` validation, the other algorithms, early stopping and running sweeps do not
+//! yet, and `sluice run` still refuses sweeps.
+
+pub mod space;
+pub mod tpe;
