@@ -1,8 +1,9 @@
 //! Sweeps: the search space and the algorithms that propose trials.
 //!
-//! Work in progress for the sweep issue: the space and TPE (with its quality tests) exist;
-//! `kind: Sweep` validation, the other algorithms, early stopping and running sweeps do not
-//! yet, and `sluice run` still refuses sweeps.
+//! Work in progress for the sweep issue: the space, grid, random, Sobol and TPE (with its
+//! quality tests) exist; `kind: Sweep` validation, hyperband and ASHA, early stopping and
+//! running sweeps do not yet, and `sluice run` still refuses sweeps.
 
+pub mod algorithm;
 pub mod space;
 pub mod tpe;
