@@ -174,3 +174,34 @@ pub fn step_states(status: &serde_json::Value) -> std::collections::BTreeMap<Str
         })
         .unwrap_or_default()
 }
+
+/// Waits up to 60 s for `cond`, failing the test with `what` if it never holds.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends `sig` (`KILL`, `STOP`, `INT`...) to `pid` with kill(1), failing the test if it
+/// cannot.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(ok.success(), "kill -{sig} {pid} failed");
+}
+
+/// The runtime pid recorded in the lock of attempt `n` of `step` in `run`, once it started.
+pub fn runtime_pid(home: &Path, run: &str, step: &str, n: u32) -> Option<u32> {
+    let lock = home.join(format!("attempts/{run}/{step}.{n}/lock"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(lock).ok()?).ok()?;
+    v["runtime_pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+}

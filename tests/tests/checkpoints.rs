@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::Sandbox;
+use sluice_e2e::{Sandbox, runtime_pid, signal, wait_for};
 
 const N: u32 = 60;
 
@@ -41,14 +41,6 @@ spec:
         - "60"
 "#;
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn counted(sb: &Sandbox) -> usize {
     std::fs::read_to_string(sb.path().join("work"))
         .map(|t| t.lines().count())
@@ -69,16 +61,6 @@ fn starts(sb: &Sandbox) -> Vec<(u32, u32, String)> {
         })
         .collect()
 }
-
-/// The runtime pid recorded in the lock of the step's running attempt `n`.
-fn runtime_of(sb: &Sandbox, run: &str, n: u32) -> Option<u32> {
-    let lock = sb.home().join(format!("attempts/{run}/count.{n}/lock"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(lock).ok()?).ok()?;
-    v["runtime_pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-}
-
 #[test]
 fn preempted_and_lost_steps_resume_from_their_checkpoint() {
     let sb = Sandbox::new("ckpt");
@@ -110,12 +92,8 @@ fn preempted_and_lost_steps_resume_from_their_checkpoint() {
     }
     // Then its runtime is SIGKILLed: the attempt is lost and resumes like a preempted one.
     std::thread::sleep(Duration::from_millis(300));
-    let runtime = runtime_of(&sb, &run, 4).expect("attempt 4 records its runtime");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &runtime.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    let runtime = runtime_pid(&sb.home(), &run, "count", 4).expect("attempt 4 records its runtime");
+    signal(runtime, "KILL");
 
     let status = engine.wait().expect("the engine ends");
     assert_eq!(status.code(), Some(0), "the run succeeds");
@@ -185,13 +163,9 @@ fn a_runtime_silent_past_the_heartbeat_timeout_loses_its_attempt_which_resumes()
         .expect("sluice run starts");
     wait_for("some counts", || counted(&sb) > 5);
     let run = sb.last_run();
-    let runtime = runtime_of(&sb, &run, 1).expect("attempt 1 records its runtime");
+    let runtime = runtime_pid(&sb.home(), &run, "count", 1).expect("attempt 1 records its runtime");
     // The runtime hangs (SIGSTOP): its program goes on counting, but no heartbeat comes.
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &runtime.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(stopped.success());
+    signal(runtime, "STOP");
 
     let status = engine.wait().expect("the engine ends");
     assert_eq!(status.code(), Some(0), "the run succeeds");
@@ -310,12 +284,9 @@ spec:
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let runtime = runtime_of_step(&sb, &run, "save", 1).expect("the attempt records its runtime");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &runtime.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    let runtime =
+        runtime_pid(&sb.home(), &run, "save", 1).expect("the attempt records its runtime");
+    signal(runtime, "KILL");
     let status = engine.wait().expect("the engine ends");
     assert_eq!(status.code(), Some(0));
     let found = std::fs::read_to_string(sb.path().join("found")).expect("attempt 2 ran");
@@ -325,12 +296,4 @@ spec:
         found, "1 True",
         "attempt 2 restored the cut-off sync: {found}"
     );
-}
-
-fn runtime_of_step(sb: &Sandbox, run: &str, step: &str, n: u32) -> Option<u32> {
-    let lock = sb.home().join(format!("attempts/{run}/{step}.{n}/lock"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(lock).ok()?).ok()?;
-    v["runtime_pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
 }

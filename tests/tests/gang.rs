@@ -3,9 +3,8 @@
 //! stops the other three, and the whole gang starts again from the checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
-use sluice_e2e::Sandbox;
+use sluice_e2e::{Sandbox, signal, wait_for};
 
 const PIPELINE: &str = r#"apiVersion: sluice.dev/v1
 kind: Pipeline
@@ -64,14 +63,6 @@ spec:
               time.sleep(0.05)
 "#;
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `met` lines: (attempt, rank, world, count at start).
 fn met(sb: &Sandbox) -> Vec<(u32, u32, u32, u32)> {
     std::fs::read_to_string(sb.path().join("met"))
@@ -104,11 +95,7 @@ fn a_gang_meets_and_restarts_together_from_its_checkpoint() {
             .is_ok_and(|w| w.lines().filter(|l| l.starts_with("1 0 ")).count() >= 8)
     });
     let victim = std::fs::read_to_string(sb.path().join("pids/1-2")).expect("worker 2's pid");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", victim.trim()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    signal(victim.trim().parse().expect("a pid"), "KILL");
 
     let out = engine.wait_with_output().expect("the engine ends");
     assert_eq!(

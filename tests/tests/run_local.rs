@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{Sandbox, root, step_states};
+use sluice_e2e::{Sandbox, root, runtime_pid, signal, step_states, wait_for};
 
 fn pipeline(name: &str, spec: &str) -> String {
     format!("apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: {name}}}\nspec:\n{spec}")
@@ -350,14 +350,14 @@ fn cancel_from_another_process_stops_the_run() {
         .as_str()
         .expect("id")
         .to_owned();
-    wait_for(|| {
+    wait_for("the condition", || {
         step_states(&sb.status(&id))
             .get("long")
             .is_some_and(|s| s == "Running")
     });
     let begin = Instant::now();
     assert_eq!(sb.run(&["cancel", &id]).code, Some(0));
-    wait_for(|| sb.status(&id)["state"] == "Cancelled");
+    wait_for("the condition", || sb.status(&id)["state"] == "Cancelled");
     assert!(
         begin.elapsed() < Duration::from_secs(15),
         "{:?}",
@@ -370,22 +370,6 @@ fn cancel_from_another_process_stops_the_run() {
     let again = sb.run(&["cancel", &id]);
     assert_eq!(again.code, Some(0));
     assert!(again.stderr.contains("already ended"), "{}", again.stderr);
-}
-
-fn wait_for(mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(ok.success());
 }
 
 #[test]
@@ -402,7 +386,9 @@ fn ctrl_c_cancels_and_a_second_leaves_steps_to_resume() {
         .spawn()
         .expect("starts");
     std::thread::sleep(Duration::from_millis(100));
-    wait_for(|| std::fs::read_dir(sb.home().join("attempts")).is_ok());
+    wait_for("the condition", || {
+        std::fs::read_dir(sb.home().join("attempts")).is_ok()
+    });
     std::thread::sleep(Duration::from_millis(300));
     signal(child.id(), "INT");
     let status = child.wait().expect("ends");
@@ -651,8 +637,10 @@ fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attemp
     assert_eq!(lines[1], "--- attempt 2 ---", "{text}");
     assert!(lines[2].ends_with(" out line-2"), "{text}");
     // `logs -f` returned because the step ended; the run ends too.
-    wait_for(|| step_states(&sb.status(&id)).get("wait").map(String::as_str) == Some("Succeeded"));
-    wait_for(|| sb.status(&id)["state"] == "Succeeded");
+    wait_for("the condition", || {
+        step_states(&sb.status(&id)).get("wait").map(String::as_str) == Some("Succeeded")
+    });
+    wait_for("the condition", || sb.status(&id)["state"] == "Succeeded");
     let runs: serde_json::Value =
         serde_json::from_str(&sb.run(&["runs", "--output", "json"]).stdout).expect("JSON");
     assert_eq!(runs[0]["id"], id.as_str());
@@ -667,20 +655,6 @@ fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attemp
     let out = sb.run(&["logs", &id, "wait", "--attempt", "1"]);
     assert!(out.stdout.contains(" out line-1"), "{}", out.stdout);
 }
-
-/// The runtime pid recorded in the lock of attempt 1 of `step` (the only run in `home`).
-fn runtime_pid_of(home: &std::path::Path, step: &str) -> Option<u32> {
-    let run = std::fs::read_dir(home.join("attempts"))
-        .ok()?
-        .flatten()
-        .next()?;
-    let text = std::fs::read(run.path().join(format!("{step}.1/lock"))).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
-    v["runtime_pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-}
-
 #[test]
 fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
     let sb = Sandbox::new("lostrt");
@@ -695,8 +669,12 @@ fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("sluice run starts");
-    wait_for(|| sb.path().join("ticks").exists());
-    let runtime = runtime_pid_of(&sb.home(), "tick").expect("the attempt records its runtime");
+    wait_for("the condition", || sb.path().join("ticks").exists());
+    wait_for("attempt 1 to record its runtime", || {
+        runtime_pid(&sb.home(), &sb.last_run(), "tick", 1).is_some()
+    });
+    let runtime = runtime_pid(&sb.home(), &sb.last_run(), "tick", 1)
+        .expect("the attempt records its runtime");
     signal(runtime, "KILL");
     let status = engine.wait().expect("the engine ends");
     assert_eq!(status.code(), Some(0));

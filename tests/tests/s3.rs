@@ -1,10 +1,10 @@
 //! The object store on a real S3-compatible server (moto, on loopback): checkpoints, outputs
 //! and logs, a preemption, and the server hanging for a while in the middle of a run.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sluice_e2e::Sandbox;
 use sluice_e2e::s3::S3;
+use sluice_e2e::{Sandbox, wait_for};
 
 /// Counts to 60 (50 ms a count), checkpointing each count; prints the total and writes it as
 /// an output, which `show` reads.
@@ -39,14 +39,6 @@ spec:
       needs: [count]
       run: echo "total $(cat {{steps.count.outputs.total}})"
 "#;
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn lines(sb: &Sandbox, file: &str) -> Vec<String> {
     std::fs::read_to_string(sb.path().join(file))
