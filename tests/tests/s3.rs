@@ -53,6 +53,21 @@ fn checkpoints_outputs_and_logs_live_in_s3_and_survive_a_hanging_server() {
     let s3 = S3::start("sluice-test");
     let sb = Sandbox::new("s3");
     sb.write("p.yaml", PIPELINE);
+    // A bucket that does not exist is an error before anything runs (exit 3).
+    let mut cmd = sb.cmd(&["run", "p.yaml", "--objects", "s3://no-such-bucket/x"]);
+    for (k, v) in s3.env() {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("sluice runs");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("cannot reach the object store s3://no-such-bucket/x"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!sb.path().join("starts").exists(), "nothing ran");
+
     let url = s3.url("team-store");
     let mut cmd = sb.cmd(&["run", "p.yaml", "--objects", &url]);
     for (k, v) in s3.env() {

@@ -160,7 +160,27 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
         }
     };
     // Checked now, so that a bad store is an error before anything runs.
-    sluice_runtime::objects::Objects::open(&objects).map_err(Error::objects)?;
+    let object_store = sluice_runtime::objects::Objects::open(&objects).map_err(Error::objects)?;
+    if objects.starts_with("s3://") {
+        // A bucket is only reached when a step needs it: reach it now, so that a wrong
+        // endpoint, bucket or key is an error before anything runs, not a failed step later.
+        let reached = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            object_store.list_under("teams"),
+        )
+        .await;
+        let why = match reached {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("no answer within 20 s".to_owned()),
+        };
+        if let Some(why) = why {
+            return Err(Error::Io {
+                context: format!("cannot reach the object store {objects}"),
+                source: std::io::Error::other(why),
+            });
+        }
+    }
     let document = (loaded.documents.len() > 1).then(|| pipeline.metadata.name.clone());
     let id = run::submit(
         &store,
