@@ -94,6 +94,11 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
     };
     let pipeline = match doc {
         Document::Pipeline(p) => p,
+        Document::Sweep(_) => {
+            return Err(Error::Usage(format!(
+                "{shown}: kind Sweep cannot be run: running sweeps is not available in this version of sluice (sluice lint validates them)"
+            )));
+        }
         Document::Pending(p) => {
             let what = match p.kind.as_str() {
                 "Sweep" | "Experiment" => "sweeps are not available in this version of sluice",

@@ -213,7 +213,7 @@ pub fn pipeline_of(run: &RunRow) -> Result<Pipeline, Error> {
         .into_iter()
         .filter_map(|d| match d {
             Document::Pipeline(p) => Some(*p),
-            Document::Pending(_) => None,
+            Document::Sweep(_) | Document::Pending(_) => None,
         })
         .find(|p| run.document.as_ref().is_none_or(|n| &p.metadata.name == n))
         .ok_or_else(|| Error::Invalid(format!("run {} holds no pipeline", run.id)))

@@ -11,6 +11,7 @@ pub mod expr;
 pub mod model;
 pub mod params;
 mod pipeline;
+mod sweep;
 pub mod template;
 pub mod units;
 pub mod yaml;
@@ -162,8 +163,16 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
             cx, metadata, spec,
         ))));
     }
+    if kind.0 == "Sweep" {
+        let Some(spec) = spec else {
+            cx.d.error(node.pos, "missing 'spec'")
+                .help("add spec: with the sweep's objective, algorithm, budget, params and trial");
+            return None;
+        };
+        return sweep::decode(cx, metadata, spec).map(|s| Document::Sweep(Box::new(s)));
+    }
     let what = match kind.0.as_str() {
-        "Sweep" | "Experiment" => "sweeps arrive in a later version",
+        "Experiment" => "Katib experiments arrive with sweeps that run",
         "Cluster" => "cluster configuration arrives with the scheduler",
         "Schedule" => "schedules arrive with the server",
         _ => "simulation arrives with the scheduler",

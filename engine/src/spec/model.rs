@@ -26,6 +26,7 @@ pub struct Metadata {
 #[derive(Clone, Debug)]
 pub enum Document {
     Pipeline(Box<Pipeline>),
+    Sweep(Box<Sweep>),
     /// Recognised kinds whose own validation and execution come later; the raw spec is kept.
     Pending(Pending),
 }
@@ -34,6 +35,7 @@ impl Document {
     pub fn metadata(&self) -> &Metadata {
         match self {
             Document::Pipeline(p) => &p.metadata,
+            Document::Sweep(s) => &s.metadata,
             Document::Pending(p) => &p.metadata,
         }
     }
@@ -41,12 +43,95 @@ impl Document {
     pub fn kind(&self) -> &str {
         match self {
             Document::Pipeline(_) => "Pipeline",
+            Document::Sweep(_) => "Sweep",
             Document::Pending(p) => &p.kind,
         }
     }
 }
 
-/// A `Sweep`, `Cluster`, `Schedule`, `Workload` or Katib `Experiment` document: recognised,
+/// A validated `kind: Sweep` (see the sweep contract).
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub metadata: Metadata,
+    pub objective: Objective,
+    pub algorithm: SweepAlgorithm,
+    pub early_stopping: Option<EarlyStopping>,
+    pub budget: Budget,
+    /// By name, in name order.
+    pub params: BTreeMap<String, SweepParam>,
+    /// The step each trial runs (named `trial`); `{{params.NAME}}` are the proposed values.
+    pub trial: Step,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Objective {
+    pub metric: String,
+    pub goal: Goal,
+    pub target: Option<f64>,
+    pub additional_metrics: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Goal {
+    Maximize,
+    Minimize,
+}
+
+/// The algorithm and its settings, defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepAlgorithm {
+    /// `grid`, `random`, `sobol`, `tpe`, `hyperband` or `asha`.
+    pub name: String,
+    pub seed: u64,
+    /// TPE.
+    pub startup_trials: u64,
+    pub candidates: u64,
+    pub gamma: f64,
+    /// Hyperband and ASHA: the parameter holding a trial's budget, and its range.
+    pub resource: Option<String>,
+    pub min_resource: Option<f64>,
+    pub max_resource: Option<f64>,
+    pub eta: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EarlyStopping {
+    pub min_trials: u64,
+    pub start_step: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Budget {
+    /// Required except for grid (the whole grid by default).
+    pub max_trials: Option<u64>,
+    pub parallelism: u32,
+    pub max_failed_trials: Option<u64>,
+    pub max_duration: Option<Duration>,
+}
+
+/// One searched parameter of a sweep.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SweepParam {
+    /// A real number in `[min, max]`, on a log scale if `log`, a multiple of `step` from `min`
+    /// if given.
+    Float {
+        min: f64,
+        max: f64,
+        log: bool,
+        step: Option<f64>,
+    },
+    /// An integer in `[min, max]`, every `step` (default 1) from `min`.
+    Int {
+        min: i64,
+        max: i64,
+        log: bool,
+        step: i64,
+    },
+    /// One of `values`.
+    Categorical { values: Vec<String> },
+}
+
+/// A `Cluster`, `Schedule`, `Workload` or Katib `Experiment` document: recognised,
 /// with valid metadata, but not yet something this version of sluice can validate or run.
 #[derive(Clone, Debug)]
 pub struct Pending {

@@ -491,6 +491,61 @@ fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Cache>> {
     }
 }
 
+/// A sweep's `trial`: a step without a name (each trial is `trial[N]`), without `needs`,
+/// `forEach`, `when` or a nested `sweep`. Returns it named `trial`.
+pub(super) fn decode_trial(cx: &mut Cx<'_>, node: &Node) -> Option<Step> {
+    let Some(entries) = node.as_map() else {
+        cx.expected(
+            node,
+            "trial",
+            "a step template (a mapping with run or command)",
+        );
+        return None;
+    };
+    for e in entries {
+        let why = match e.key.as_str() {
+            "name" => "a trial is named by the sweep (trial[1], trial[2]...)",
+            "needs" => "a trial runs on its own; put the sweep in a pipeline to order it",
+            "forEach" => "the sweep itself proposes what each trial runs",
+            "when" => "every proposed trial runs",
+            "sweep" => "a trial cannot hold another sweep",
+            _ => continue,
+        };
+        cx.d.error(
+            e.key_pos,
+            format!("'{}' is not allowed in a sweep's trial", e.key),
+        )
+        .help(why);
+    }
+    let mut named = node.clone();
+    if let super::yaml::Value::Map(entries) = &mut named.value {
+        entries.retain(|e| {
+            !matches!(
+                e.key.as_str(),
+                "name" | "needs" | "forEach" | "when" | "sweep"
+            )
+        });
+        entries.insert(
+            0,
+            super::yaml::Entry {
+                key: "name".into(),
+                key_pos: node.pos,
+                value: Node {
+                    pos: node.pos,
+                    start: node.start,
+                    end: node.start,
+                    value: super::yaml::Value::Scalar(super::yaml::Scalar {
+                        text: "trial".into(),
+                        plain: true,
+                    }),
+                },
+            },
+        );
+    }
+    // Forbidden fields were reported and are left out: the rest is still checked.
+    decode_step(cx, &named, &Settings::default())
+}
+
 fn all_step_fields() -> Vec<&'static str> {
     OWN_FIELDS.iter().chain(SHARED_FIELDS).copied().collect()
 }
@@ -668,13 +723,7 @@ fn read_sweep(cx: &mut Cx<'_>, v: &Node, step: &str) -> Option<Action> {
         .and_then(Node::as_map)
         .map(|m| m.iter().map(|e| e.key.clone()).collect())
         .unwrap_or_default();
-    cx.d.note(
-        v.pos,
-        format!("the sweep of step '{step}' is not validated yet"),
-    )
-    .help(
-        "this version of sluice reads pipelines; sweeps arrive in a later one and cannot run yet",
-    );
+    super::sweep::decode_nested(cx, step, v);
     Some(Action::Sweep {
         params,
         spec: v.clone(),

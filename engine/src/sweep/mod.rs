@@ -1,8 +1,8 @@
 //! Sweeps: the search space and the algorithms that propose trials.
 //!
 //! Work in progress for the sweep issue: the space, grid, random, Sobol and TPE (with its
-//! quality tests) and the median stopping rule exist; `kind: Sweep` validation, hyperband
-//! and ASHA, and running sweeps do not yet, and `sluice run` still refuses sweeps.
+//! quality tests) and the median stopping rule exist, and `spec::sweep` validates sweeps;
+//! hyperband and ASHA and running sweeps do not yet, and `sluice run` still refuses them.
 
 pub mod algorithm;
 pub mod early_stop;

@@ -5,27 +5,8 @@ use std::collections::BTreeMap;
 
 use rand::RngExt;
 
-/// One searched parameter.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Param {
-    /// A real number in `[min, max]`, on a log scale if `log`, a multiple of `step` from `min`
-    /// if given.
-    Float {
-        min: f64,
-        max: f64,
-        log: bool,
-        step: Option<f64>,
-    },
-    /// An integer in `[min, max]`, every `step` (default 1) from `min`.
-    Int {
-        min: i64,
-        max: i64,
-        log: bool,
-        step: i64,
-    },
-    /// One of `values`.
-    Categorical { values: Vec<String> },
-}
+/// One searched parameter: the validated spec's type, with what algorithms need of it.
+pub use crate::spec::model::SweepParam as Param;
 
 /// A parameter's value as a trial sees it.
 #[derive(Clone, Debug, PartialEq)]
