@@ -7,7 +7,13 @@ use sluice_engine::spec::{self, model::Document, params};
 
 /// Runs every stage a `sluice lint --plan` runs, and checks the diagnostics' positions.
 fn check(text: &str) {
-    let lines = text.lines().count() as u32 + 1;
+    // Line breaks as YAML counts them: \r\n, \n, and a lone \r.
+    let lines = text
+        .replace("\r\n", "\n")
+        .chars()
+        .filter(|c| matches!(c, '\n' | '\r'))
+        .count() as u32
+        + 1;
     let loaded = spec::load("fuzz.yaml", text.to_owned());
     let mut d = loaded.diagnostics.clone();
     for doc in &loaded.documents {
@@ -168,4 +174,12 @@ fn the_valid_pipeline_is_valid() {
     let loaded = spec::load("v.yaml", VALID.to_owned());
     let diags = loaded.diagnostics.into_sorted();
     assert!(diags.is_empty(), "{diags:?}");
+}
+
+/// Found by `arbitrary_bytes_never_panic`: lone carriage returns are line breaks to YAML, and
+/// the diagnostic's line 3 is right.
+#[test]
+fn carriage_returns_count_as_line_breaks() {
+    check("-\r\r.");
+    check("a: [\r\r}");
 }
