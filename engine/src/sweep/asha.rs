@@ -1,7 +1,8 @@
-//! Asynchronous successive halving (ASHA): trials start on the smallest budget, and whenever a
-//! worker is free the best `1/eta` of a rung that have not moved on are promoted to the next
-//! rung, without waiting for the rung to fill. A promoted trial continues from its own
-//! checkpoint with the larger budget.
+//! Successive halving. ASHA (asynchronous): trials start on the smallest budget, and whenever
+//! a worker is free the best `1/eta` of a rung that have not moved on are promoted to the next
+//! rung, without waiting for the rung to fill. Hyperband: brackets of synchronous halving,
+//! from many trials on small budgets to few on the full one. Either way a promoted trial
+//! continues from its own checkpoint with the larger budget.
 
 /// The rungs' budgets: `min`, `min * eta`, ... up to `max` (the last rung is `max`).
 pub fn rungs(min: f64, max: f64, eta: u64) -> Vec<f64> {
@@ -135,6 +136,58 @@ mod tests {
         assert!(
             wins >= 14,
             "ASHA matched random search in {wins} of 20 seeds"
+        );
+    }
+}
+
+/// One round of a Hyperband bracket: how many trials run, on what budget.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Round {
+    pub trials: u64,
+    pub budget: f64,
+}
+
+/// Hyperband's brackets (Li et al., 2018), most exploratory first: bracket `s` starts
+/// `ceil((s_max + 1) / (s + 1) * eta^s)` trials on `max / eta^s` and keeps the best
+/// `1/eta` of them at each following round, up to `max`.
+pub fn hyperband_brackets(min: f64, max: f64, eta: u64) -> Vec<Vec<Round>> {
+    let eta_f = eta.max(2) as f64;
+    let s_max = ((max / min.max(f64::MIN_POSITIVE)).ln() / eta_f.ln() + 1e-9).floor() as i32;
+    (0..=s_max.max(0))
+        .rev()
+        .map(|s| {
+            let n = ((f64::from(s_max + 1) / f64::from(s + 1)) * eta_f.powi(s)).ceil();
+            (0..=s)
+                .map(|i| Round {
+                    trials: (n / eta_f.powi(i)).floor().max(1.0) as u64,
+                    budget: max / eta_f.powi(s - i),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod hyperband_tests {
+    use super::*;
+
+    /// The table of the Hyperband paper for R = 81, eta = 3.
+    #[test]
+    fn brackets_match_the_paper() {
+        let b = hyperband_brackets(1.0, 81.0, 3);
+        let table: Vec<Vec<(u64, f64)>> = b
+            .iter()
+            .map(|bracket| bracket.iter().map(|r| (r.trials, r.budget)).collect())
+            .collect();
+        assert_eq!(
+            table,
+            vec![
+                vec![(81, 1.0), (27, 3.0), (9, 9.0), (3, 27.0), (1, 81.0)],
+                vec![(34, 3.0), (11, 9.0), (3, 27.0), (1, 81.0)],
+                vec![(15, 9.0), (5, 27.0), (1, 81.0)],
+                vec![(8, 27.0), (2, 81.0)],
+                vec![(5, 81.0)],
+            ]
         );
     }
 }
