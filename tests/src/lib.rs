@@ -138,6 +138,22 @@ impl Sandbox {
         cmd
     }
 
+    /// `sluice ARGS` started in the background, its output discarded (an engine the test
+    /// watches through files, kills or waits for).
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.spawn_with(args, &[])
+    }
+
+    /// [`Sandbox::spawn`] with more environment variables.
+    pub fn spawn_with(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+        self.cmd(args)
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sluice starts")
+    }
+
     pub fn run(&self, args: &[&str]) -> Ran {
         ran(self.cmd(args).output().expect("sluice starts"))
     }

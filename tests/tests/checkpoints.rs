@@ -65,12 +65,7 @@ fn starts(sb: &Sandbox) -> Vec<(u32, u32, String)> {
 fn preempted_and_lost_steps_resume_from_their_checkpoint() {
     let sb = Sandbox::new("ckpt");
     sb.write("p.yaml", PIPELINE);
-    let mut engine = sb
-        .cmd(&["run", "p.yaml"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("sluice run starts");
+    let mut engine = sb.spawn(&["run", "p.yaml"]);
     wait_for("the first count", || counted(&sb) > 0);
     let run = sb.last_run();
 
@@ -154,13 +149,7 @@ fn a_runtime_silent_past_the_heartbeat_timeout_loses_its_attempt_which_resumes()
             )
             .replace("\"60\"", "\"40\""),
     );
-    let mut engine = sb
-        .cmd(&["run", "p.yaml"])
-        .env("SLUICE_HEARTBEAT_TIMEOUT", "1s")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("sluice run starts");
+    let mut engine = sb.spawn_with(&["run", "p.yaml"], &[("SLUICE_HEARTBEAT_TIMEOUT", "1s")]);
     wait_for("some counts", || counted(&sb) > 5);
     let run = sb.last_run();
     let runtime = runtime_pid(&sb.home(), &run, "count", 1).expect("attempt 1 records its runtime");
@@ -253,12 +242,7 @@ spec:
               open("found", "w").write(f"{open(os.path.join(ck, 'version')).read()} {whole}")
 "#,
     );
-    let mut engine = sb
-        .cmd(&["run", "p.yaml"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("sluice run starts");
+    let mut engine = sb.spawn(&["run", "p.yaml"]);
     // Watch the step's checkpoints: once a second checkpoint has data but no manifest yet,
     // kill the runtime in the middle of that upload.
     let objects = sb.home().join("objects/teams/default/checkpoints");

@@ -669,6 +669,7 @@ fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attemp
     let out = sb.run(&["logs", &id, "wait", "--attempt", "1"]);
     assert!(out.stdout.contains(" out line-1"), "{}", out.stdout);
 }
+
 #[test]
 fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
     let sb = Sandbox::new("lostrt");
@@ -677,12 +678,7 @@ fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
         "p.yaml",
         &pipeline("l", "  steps:\n    - name: tick\n      run: if [ $SLUICE_ATTEMPT = 1 ]; then while true; do echo x >> ticks; sleep 0.05; done; fi; echo done > finished\n"),
     );
-    let mut engine = sb
-        .cmd(&["run", "p.yaml"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("sluice run starts");
+    let mut engine = sb.spawn(&["run", "p.yaml"]);
     wait_for("the condition", || sb.path().join("ticks").exists());
     wait_for("attempt 1 to record its runtime", || {
         runtime_pid(&sb.home(), &sb.last_run(), "tick", 1).is_some()

@@ -284,28 +284,39 @@ impl Objects {
     /// error.
     pub async fn list_under(&self, prefix: &str) -> Result<Vec<String>, Error> {
         let under = Key::from(prefix);
+        Ok(self
+            .list_keys(&under, prefix)
+            .await?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
+    }
+
+    /// The objects under `under/`, with their names relative to it, sorted. Keys are stored
+    /// percent-encoded (`shard[0]` is `shard%5B0%5D`); the names given back are decoded.
+    async fn list_keys(&self, under: &Key, shown: &str) -> Result<Vec<(String, Key)>, Error> {
         let found: Vec<_> = self
             .store
-            .list(Some(&under))
+            .list(Some(under))
             .try_collect()
             .await
-            .map_err(self.err("list", prefix))?;
-        let mut out: Vec<String> = found
-            .iter()
+            .map_err(self.err("list", shown))?;
+        let mut out: Vec<(String, Key)> = found
+            .into_iter()
             .filter_map(|meta| {
                 let parts: Vec<String> = meta
                     .location
-                    .prefix_match(&under)?
+                    .prefix_match(under)?
                     .map(|p| {
                         percent_encoding::percent_decode_str(p.as_ref())
                             .decode_utf8_lossy()
                             .into_owned()
                     })
                     .collect();
-                (!parts.is_empty()).then(|| parts.join("/"))
+                (!parts.is_empty()).then(|| (parts.join("/"), meta.location))
             })
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
@@ -356,31 +367,7 @@ impl Objects {
             Err(_) if self.url.starts_with("file://") => {}
             Err(e) => return Err(self.err("look up", key)(e)),
         }
-        let found: Vec<_> = self
-            .store
-            .list(Some(&exact))
-            .try_collect()
-            .await
-            .map_err(self.err("list", key))?;
-        // Keys are stored percent-encoded (`shard[0]` is `shard%5B0%5D`); names given back
-        // to files are decoded.
-        let mut out: Vec<(String, Key)> = found
-            .into_iter()
-            .filter_map(|meta| {
-                let parts: Vec<String> = meta
-                    .location
-                    .prefix_match(&exact)?
-                    .map(|p| {
-                        percent_encoding::percent_decode_str(p.as_ref())
-                            .decode_utf8_lossy()
-                            .into_owned()
-                    })
-                    .collect();
-                (!parts.is_empty()).then(|| (parts.join("/"), meta.location))
-            })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        self.list_keys(&exact, key).await
     }
 }
 

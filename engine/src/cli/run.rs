@@ -221,11 +221,7 @@ fn cluster_objects(file: &Path) -> Result<Option<String>, Error> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Error::Usage(format!("cannot read {shown}: {e}")))?;
     let loaded = spec::load(&shown, text);
-    let cluster = loaded.documents.iter().find_map(|d| match d {
-        Document::Pending(p) if p.kind == "Cluster" => Some(p),
-        _ => None,
-    });
-    let Some(cluster) = cluster else {
+    let Some(cluster) = spec::capacity::cluster_document(&loaded) else {
         return Err(Error::Usage(format!(
             "{shown} holds no kind: Cluster document"
         )));

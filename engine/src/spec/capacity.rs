@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::decode::Cx;
 use super::diagnostic::Diagnostics;
-use super::model::{Pipeline, Step};
+use super::model::{Pending, Pipeline, Step};
 use super::yaml::{Node, Source};
 use super::{Document, Loaded};
 
@@ -31,12 +31,17 @@ pub struct Capacity {
 
 const DEFAULT_PRIORITIES: [&str; 3] = ["production", "default", "best-effort"];
 
+/// The first `Cluster` document of a loaded file.
+pub fn cluster_document(loaded: &Loaded) -> Option<&Pending> {
+    loaded.documents.iter().find_map(|d| match d {
+        Document::Pending(p) if p.kind == "Cluster" => Some(p),
+        _ => None,
+    })
+}
+
 /// Reads the pools of the first `Cluster` document of a loaded file.
 pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<Capacity> {
-    let Some(spec) = loaded.documents.iter().find_map(|d| match d {
-        Document::Pending(p) if p.kind == "Cluster" => Some(p.spec.as_ref()),
-        _ => None,
-    }) else {
+    let Some(spec) = cluster_document(loaded).map(|p| p.spec.as_ref()) else {
         diags
             .error(
                 super::Pos::START,
