@@ -7,6 +7,7 @@ pub mod output;
 mod progress;
 mod run;
 mod status;
+mod sweep;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -62,6 +63,12 @@ pub enum Command {
     /// second Ctrl-C exits at once and leaves running steps to `sluice resume`. Exits 0 when
     /// the run succeeds, 1 when it fails or is cancelled from elsewhere.
     Run(run::RunArgs),
+    /// Run a sweep: a sweep file, or the one-line form with -p specs and -- COMMAND.
+    ///
+    /// Shows live progress (trials done, running, failed, stopped; the best so far), ends with
+    /// a table of the best trials, and with --output json prints the run with its best trial
+    /// and every trial. Exits 0 when the sweep succeeds, 1 when it fails.
+    Sweep(sweep::SweepArgs),
     /// List runs, newest first.
     Runs(status::RunsArgs),
     /// A run's steps with their state, attempts, durations, reasons and metrics.
@@ -114,6 +121,7 @@ pub fn main() -> ExitCode {
                 Ok(rt) => rt.block_on(async {
                     match command {
                         Command::Run(a) => run::run(&home, a, cli.output).await,
+                        Command::Sweep(a) => sweep::sweep(&home, a, cli.output).await,
                         Command::Resume(a) => run::resume(&home, a, cli.output).await,
                         Command::Retry(a) => run::retry(&home, a, cli.output).await,
                         Command::Cancel(a) => run::cancel(&home, a, cli.output).await,

@@ -11,9 +11,13 @@ use crate::store::StepRow;
 
 pub enum Progress {
     Bar(ProgressBar),
-    Lines,
+    /// Plain lines; a sweep's summary at most every few seconds.
+    Lines(Option<std::time::Instant>),
     Quiet,
 }
+
+/// How often plain output repeats a sweep's summary line.
+const SWEEP_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Progress {
     pub fn new(quiet: bool) -> Self {
@@ -31,7 +35,7 @@ impl Progress {
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
             Progress::Bar(bar)
         } else {
-            Progress::Lines
+            Progress::Lines(None)
         }
     }
 
@@ -66,7 +70,7 @@ impl Watcher for Progress {
                     ));
                 }
             }
-            Progress::Lines => {
+            Progress::Lines(_) => {
                 let mut line = format!("{} {} {}", clock(), row.name, row.state);
                 if row.state == st::RUNNING {
                     line.push_str(&format!(" (attempt {})", row.attempts));
@@ -80,10 +84,23 @@ impl Watcher for Progress {
         }
     }
 
+    fn sweep(&mut self, line: &str) {
+        match self {
+            Progress::Bar(b) => b.set_message(line.to_owned()),
+            Progress::Lines(last) => {
+                if last.is_none_or(|t| t.elapsed() >= SWEEP_LINE_EVERY) {
+                    *last = Some(std::time::Instant::now());
+                    eprintln!("{} {line}", clock());
+                }
+            }
+            Progress::Quiet => {}
+        }
+    }
+
     fn note(&mut self, text: &str) {
         match self {
             Progress::Bar(b) => b.println(text),
-            Progress::Lines => eprintln!("{} {text}", clock()),
+            Progress::Lines(_) => eprintln!("{} {text}", clock()),
             Progress::Quiet => {}
         }
     }

@@ -56,6 +56,24 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
     let shown = args.file.display().to_string();
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| Error::Usage(format!("cannot read {shown}: {e}")))?;
+    let workdir = std::fs::canonicalize(&args.file)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    start(home, &shown, text, &workdir, args, format).await
+}
+
+/// Validates a pipeline or sweep (`text`, read from `shown`), records the run and drives it
+/// (or leaves it to a background engine with `--detach`).
+pub async fn start(
+    home: &Path,
+    shown: &str,
+    text: String,
+    workdir: &Path,
+    args: &RunArgs,
+    format: Format,
+) -> Result<Outcome, Error> {
+    let shown = shown.to_owned();
     let loaded = spec::load(&shown, text.clone());
     if loaded.diagnostics.has_errors() {
         let d = loaded.diagnostics.into_sorted();
@@ -92,12 +110,21 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
             )));
         }
     };
+    let of_sweep;
+    let mut overrides = None;
     let pipeline = match doc {
         Document::Pipeline(p) => p,
-        Document::Sweep(_) => {
-            return Err(Error::Usage(format!(
-                "{shown}: kind Sweep cannot be run: running sweeps is not available in this version of sluice (sluice lint validates them)"
-            )));
+        Document::Sweep(s) => {
+            let mut s = (**s).clone();
+            let mut pairs = Vec::new();
+            for p in &args.params {
+                let (n, v) = spec::oneline::split(p).map_err(Error::Usage)?;
+                pairs.push((n.to_owned(), v.to_owned()));
+            }
+            spec::oneline::apply(&mut s, &pairs).map_err(Error::Usage)?;
+            overrides = Some(pairs);
+            of_sweep = crate::spec::model::Pipeline::of_sweep(&s, &shown);
+            &of_sweep
         }
         Document::Pending(p) => {
             let what = match p.kind.as_str() {
@@ -114,13 +141,11 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
             )));
         }
     };
-    if let Some(s) = pipeline
-        .steps
-        .iter()
-        .find(|s| matches!(s.action, Action::Sweep { .. }))
-    {
+    if let Some(s) = pipeline.steps.iter().find(|s| {
+        matches!(&s.action, Action::Sweep { sweep: Some(sw), .. } if sw.algorithm.name == "hyperband")
+    }) {
         return Err(Error::Usage(format!(
-            "{shown}: step '{}' is a sweep, and sweeps are not available in this version of sluice",
+            "{shown}: step '{}': algorithm hyperband cannot run in this version of sluice; asha (its asynchronous form) can",
             s.name
         )));
     }
@@ -131,14 +156,17 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
     if d.has_errors() {
         return Ok(usage_with(d.into_sorted()));
     }
-    let values = match params::resolve(pipeline, &args.params, true) {
-        Ok(v) => v,
-        Err(errors) => return Ok(usage_with(errors)),
+    let values = match overrides {
+        // A sweep file's `-p NAME=SPEC` are kept as the run's parameters.
+        Some(pairs) => pairs
+            .into_iter()
+            .map(|(n, v)| (n, crate::spec::model::ParamValue::String(v)))
+            .collect(),
+        None => match params::resolve(pipeline, &args.params, true) {
+            Ok(v) => v,
+            Err(errors) => return Ok(usage_with(errors)),
+        },
     };
-    let workdir = std::fs::canonicalize(&args.file)
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
     let store = Store::open(home).await?;
     let from_cluster = match (&args.objects, &args.cluster) {
         (None, Some(file)) => cluster_objects(file)?,

@@ -41,6 +41,13 @@ pub struct RunView {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepView>>,
+    /// Sweeps: the best trial and every trial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best: Option<crate::run::driver::Best>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trials: Option<Vec<crate::run::driver::TrialReport>>,
+    #[serde(skip)]
+    pub sweep: Option<crate::run::driver::Report>,
 }
 
 #[derive(Debug, Serialize)]
@@ -77,6 +84,9 @@ fn summary(run: &RunRow) -> RunView {
         ended_at: run.ended_at.clone(),
         reason: run.reason.clone(),
         steps: None,
+        best: None,
+        trials: None,
+        sweep: None,
     }
 }
 
@@ -122,8 +132,18 @@ pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Erro
             })
             .collect(),
     );
+    if let Ok(pipeline) = crate::run::driver::pipeline_of(&run)
+        && let Some(r) = crate::run::driver::report(&pipeline, &steps)
+    {
+        v.best = r.best.clone();
+        v.trials = Some(r.trials.clone());
+        v.sweep = Some(r);
+    }
     Ok(v)
 }
+
+/// How many trials a table lists in full; beyond it, only the best ones.
+const TRIALS_SHOWN: usize = 20;
 
 fn duration(a: &AttemptView) -> String {
     let start = crate::time::parse_rfc3339(&a.started_at);
@@ -160,6 +180,17 @@ pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
     let Some(steps) = &v.steps else {
         return Ok(());
     };
+    // A long sweep's trials are summed up, then its best trials are listed.
+    let hidden: std::collections::HashSet<&str> = match &v.sweep {
+        Some(r) if r.trials.len() > TRIALS_SHOWN => {
+            r.trials.iter().map(|t| t.step.as_str()).collect()
+        }
+        _ => std::collections::HashSet::new(),
+    };
+    let steps: Vec<&StepView> = steps
+        .iter()
+        .filter(|s| !hidden.contains(s.name.as_str()))
+        .collect();
     let width = steps.iter().map(|s| s.name.len()).max().unwrap_or(4).max(4);
     writeln!(
         out,
@@ -183,6 +214,63 @@ pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
             s.state,
             s.attempts.len(),
             time
+        )?;
+    }
+    if let Some(r) = &v.sweep {
+        write_trials(out, r, hidden.len())?;
+    }
+    Ok(())
+}
+
+/// The best trials of a sweep, best first.
+fn write_trials(
+    out: &mut dyn Write,
+    r: &crate::run::driver::Report,
+    hidden: usize,
+) -> std::io::Result<()> {
+    let count = |state: &str| r.trials.iter().filter(|t| t.state == state).count();
+    use crate::run::state::step as st;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{} trial(s): {} succeeded, {} failed, {} stopped{}",
+        r.trials.len(),
+        count(st::SUCCEEDED),
+        count(st::FAILED),
+        count(st::STOPPED),
+        if hidden > 0 {
+            " (the best are listed)"
+        } else {
+            ""
+        }
+    )?;
+    if r.top.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>6}  {:9}  {:>12}  PARAMS",
+        "TRIAL",
+        "STATE",
+        r.metric.to_uppercase()
+    )?;
+    for t in &r.top {
+        let params = match &t.params {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .map(|(k, v)| match v {
+                    serde_json::Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            other => other.to_string(),
+        };
+        let value = t.value.map_or_else(|| "-".to_owned(), |v| format!("{v}"));
+        writeln!(
+            out,
+            "{:>6}  {:9}  {:>12}  {params}",
+            t.trial, t.state, value
         )?;
     }
     Ok(())

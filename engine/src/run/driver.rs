@@ -13,6 +13,10 @@ use std::time::Duration;
 use sluice_runtime::contract::{self, End, Launch};
 use sluice_runtime::objects::Objects;
 
+mod sweeping;
+
+pub use sweeping::{Best, Report, TrialReport, report};
+
 use super::server::{Note, Server};
 use tokio::sync::mpsc;
 
@@ -79,6 +83,8 @@ pub enum Ending {
 pub trait Watcher {
     fn step(&mut self, row: &StepRow, total: usize, done: usize);
     fn note(&mut self, text: &str);
+    /// A sweep's progress changed: one line (trials done, running, failed, stopped; best).
+    fn sweep(&mut self, _line: &str) {}
 }
 
 /// A watcher that says nothing (`--detach`ed engines, tests).
@@ -101,6 +107,26 @@ struct Counts {
     total: usize,
     terminal: usize,
     satisfied: usize,
+    failed: usize,
+    stopped: usize,
+}
+
+impl Counts {
+    fn add(&mut self, state: &str, by: i64) {
+        let bump = |c: &mut usize| *c = (*c as i64 + by) as usize;
+        if st::is_terminal(state) {
+            bump(&mut self.terminal);
+        }
+        if st::satisfies(state) {
+            bump(&mut self.satisfied);
+        }
+        if state == st::FAILED {
+            bump(&mut self.failed);
+        }
+        if state == st::STOPPED {
+            bump(&mut self.stopped);
+        }
+    }
 }
 
 pub struct Driver {
@@ -142,6 +168,12 @@ pub struct Driver {
     open_main: usize,
     /// Queued rows waiting out a retry backoff.
     backing_off: BTreeSet<usize>,
+    /// The run's sweeps, and which of them each trial step and controller row belongs to.
+    sweeps: Vec<sweeping::Sweeper>,
+    trial_steps: HashMap<String, usize>,
+    sweep_rows: HashMap<String, usize>,
+    /// Trials asked to stop, committed and still to be told.
+    to_terminate: Vec<String>,
 }
 
 /// The lease holder's name for this process: `PID@HOST`.
@@ -213,7 +245,17 @@ pub fn pipeline_of(run: &RunRow) -> Result<Pipeline, Error> {
         .into_iter()
         .filter_map(|d| match d {
             Document::Pipeline(p) => Some(*p),
-            Document::Sweep(_) | Document::Pending(_) => None,
+            Document::Sweep(mut s) => {
+                // `-p NAME=SPEC` given with the file, kept as the run's parameters.
+                let overrides: Vec<(String, String)> =
+                    serde_json::from_str::<BTreeMap<String, String>>(&run.params)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect();
+                crate::spec::oneline::apply(&mut s, &overrides).ok()?;
+                Some(Pipeline::of_sweep(&s, &run.file))
+            }
+            Document::Pending(_) => None,
         })
         .find(|p| run.document.as_ref().is_none_or(|n| &p.metadata.name == n))
         .ok_or_else(|| Error::Invalid(format!("run {} holds no pipeline", run.id)))
@@ -262,7 +304,8 @@ impl Driver {
         if let Err(holder) = lease {
             return Ok(Err(Ending::Busy(holder)));
         }
-        let pipeline = pipeline_of(&run)?;
+        let mut pipeline = pipeline_of(&run)?;
+        let sweeps = sweeping::expand(&mut pipeline)?;
         let params = params_of(&run, &pipeline);
         let rows = store.steps(run_id).await?;
         let attempts = store.attempts(run_id).await?;
@@ -311,6 +354,18 @@ impl Driver {
             open_all: 0,
             open_main: 0,
             backing_off: BTreeSet::new(),
+            trial_steps: sweeps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.trial_step.clone(), i))
+                .collect(),
+            sweep_rows: sweeps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.row.clone(), i))
+                .collect(),
+            sweeps,
+            to_terminate: Vec::new(),
         };
         d.cancelling = d.store.cancel_requested(run_id).await?;
         for row in rows {
@@ -324,6 +379,7 @@ impl Driver {
             .rows
             .iter()
             .any(|r| d.is_on_exit(r) && r.state != st::PENDING);
+        d.index_sweeps(&attempts);
         d.reattach(attempts).await?;
         Ok(Ok(d))
     }
@@ -359,12 +415,7 @@ impl Driver {
         }
         let c = self.counts.entry(row.step.clone()).or_default();
         c.total += 1;
-        if st::is_terminal(&row.state) {
-            c.terminal += 1;
-        }
-        if st::satisfies(&row.state) {
-            c.satisfied += 1;
-        }
+        c.add(&row.state, 1);
         if let Some(&si) = self.step_index.get(&row.step) {
             for need in &self.pipeline.steps[si].needs {
                 self.dependents
@@ -402,18 +453,8 @@ impl Driver {
         }
         let step = self.rows[idx].step.clone();
         let c = self.counts.entry(step.clone()).or_default();
-        if st::is_terminal(&old) {
-            c.terminal -= 1;
-        }
-        if st::satisfies(&old) {
-            c.satisfied -= 1;
-        }
-        if st::is_terminal(state) {
-            c.terminal += 1;
-        }
-        if st::satisfies(state) {
-            c.satisfied += 1;
-        }
+        c.add(&old, -1);
+        c.add(state, 1);
         let done = c.terminal == c.total;
         if old == st::QUEUED {
             self.queued.remove(&idx);
@@ -561,6 +602,7 @@ impl Driver {
             if last_heartbeats.elapsed() >= beat_every {
                 last_heartbeats = std::time::Instant::now();
                 self.check_heartbeats().await?;
+                self.check_early_stops().await?;
             }
             if last_cancel_check.elapsed() >= CANCEL_POLL {
                 last_cancel_check = std::time::Instant::now();
@@ -627,10 +669,10 @@ impl Driver {
         if self.cancelling {
             return rs::CANCELLED.into();
         }
-        let failed = self
-            .rows
-            .iter()
-            .any(|r| r.state == st::FAILED || (r.state == st::CANCELLED && !self.is_on_exit(r)));
+        let failed = self.rows.iter().any(|r| {
+            !self.is_trial(r)
+                && (r.state == st::FAILED || (r.state == st::CANCELLED && !self.is_on_exit(r)))
+        });
         if failed {
             rs::FAILED.into()
         } else {
@@ -644,8 +686,11 @@ impl Driver {
         } else {
             self.rows
                 .iter()
-                .find(|r| r.state == st::FAILED)
-                .map(|r| format!("step '{}' failed", r.name))
+                .find(|r| r.state == st::FAILED && !self.is_trial(r))
+                .map(|r| match (&r.reason, self.pipeline.from_sweep) {
+                    (Some(why), true) => why.clone(),
+                    _ => format!("step '{}' failed", r.name),
+                })
         };
         let reason = if state == rs::SUCCEEDED { None } else { reason };
         self.commit(Change {
@@ -771,8 +816,21 @@ impl Driver {
                     }
                 }
             }
-            self.set_state(idx, st::QUEUED, None);
+            if self.sweep_rows.contains_key(&self.rows[idx].name) {
+                self.start_sweep(idx);
+            } else {
+                self.set_state(idx, st::QUEUED, None);
+            }
             changed.push(idx);
+        }
+        if !self.sweeps.is_empty() {
+            let before = (changed.len(), new_rows.len());
+            self.tick_sweeps(&mut changed, &mut new_rows);
+            if (changed.len(), new_rows.len()) != before
+                && let Some(line) = self.sweep_summary()
+            {
+                watcher.sweep(&line);
+            }
         }
         if !changed.is_empty() || !new_rows.is_empty() {
             let rows: Vec<StepRow> = changed.iter().map(|&i| self.rows[i].clone()).collect();
@@ -786,6 +844,12 @@ impl Driver {
             let done = self.rows.len() - self.open_all;
             for r in &rows {
                 watcher.step(r, total, done);
+            }
+        }
+        // Trials asked to stop are told once that is committed.
+        for name in std::mem::take(&mut self.to_terminate) {
+            if let Some(l) = self.live.get(&name) {
+                terminate(l);
             }
         }
         self.start_queued(watcher).await
@@ -840,6 +904,7 @@ impl Driver {
             rows: &self.rows,
             by_name: &self.by_name,
             run_state,
+            trial: self.is_trial(&self.rows[idx]),
         }
     }
 
@@ -850,10 +915,11 @@ impl Driver {
         if self.cancelling {
             return rs::CANCELLED;
         }
-        let failed = self
-            .rows
-            .iter()
-            .any(|r| !self.is_on_exit(r) && (r.state == st::FAILED || r.state == st::CANCELLED));
+        let failed = self.rows.iter().any(|r| {
+            !self.is_on_exit(r)
+                && !self.is_trial(r)
+                && (r.state == st::FAILED || r.state == st::CANCELLED)
+        });
         if failed { rs::FAILED } else { rs::SUCCEEDED }
     }
 
@@ -902,7 +968,10 @@ impl Driver {
 
     fn fail_permanently(&mut self, idx: usize, why: String) {
         self.set_state(idx, st::FAILED, Some(why));
-        if self.pipeline.fail_fast && !self.is_on_exit(&self.rows[idx]) {
+        if self.pipeline.fail_fast
+            && !self.is_on_exit(&self.rows[idx])
+            && !self.is_trial(&self.rows[idx])
+        {
             self.failed_fast = true;
         }
     }
@@ -1291,6 +1360,10 @@ impl Driver {
         let idx = self.by_name[name];
         if self.cancelling && !self.is_on_exit(&self.rows[idx]) {
             self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
+        } else if self.trial_stopping(idx) {
+            let why = stopped_reason(self.rows[idx].reason.as_deref());
+            self.set_state(idx, st::STOPPED, Some(why));
+            self.trial_ended(idx, &BTreeMap::new());
         } else {
             // Lost work resumes at once and never counts against retry.limit.
             self.rows[idx].not_before = None;
@@ -1353,7 +1426,31 @@ impl Driver {
         let objects = launch::object_key(&self.run.team, &self.run.id, name, attempt.number);
         self.keep_log(&dir, &objects).await;
         let mut cache_put = None;
+        let stopping = self.trial_stopping(idx);
+        let missing_objective = self
+            .trial_objective(idx)
+            .filter(|m| result.end == End::Succeeded && !result.metrics.contains_key(m));
         match result.end {
+            _ if stopping => {
+                attempt.state = if result.end == End::Succeeded {
+                    at::SUCCEEDED
+                } else {
+                    at::CANCELLED
+                }
+                .into();
+                let why = stopped_reason(self.rows[idx].reason.as_deref());
+                self.set_state(idx, st::STOPPED, Some(why));
+            }
+            End::Succeeded if missing_objective.is_some() => {
+                attempt.state = at::FAILED.into();
+                let metric = missing_objective.unwrap_or_default();
+                self.fail_permanently(
+                    idx,
+                    format!(
+                        "the trial exited 0 without reporting its objective '{metric}' (print `{metric}=VALUE` or append to $SLUICE_METRICS_FILE)"
+                    ),
+                );
+            }
             End::Succeeded => {
                 attempt.state = at::SUCCEEDED.into();
                 let outputs = format!("{objects}/outputs");
@@ -1425,6 +1522,9 @@ impl Driver {
                 }
             }
         }
+        if self.is_trial(&self.rows[idx]) {
+            self.trial_ended(idx, &result.metrics);
+        }
         self.reports.push(idx);
         let row = self.rows[idx].clone();
         // Deferred: committed with the next start, or before the engine waits (see `Pending`).
@@ -1459,6 +1559,14 @@ struct Pending {
     steps: Vec<StepRow>,
     attempts: Vec<AttemptRow>,
     events: Vec<Event>,
+}
+
+/// A stopped trial's reason: what it was asked to stop for.
+fn stopped_reason(reason: Option<&str>) -> String {
+    reason
+        .and_then(|r| r.strip_prefix(sweeping::STOPPING))
+        .unwrap_or("stopped")
+        .to_owned()
 }
 
 enum Blocked {

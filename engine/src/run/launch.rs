@@ -29,6 +29,9 @@ pub struct Scope<'a> {
     pub by_name: &'a HashMap<String, usize>,
     /// `{{run.state}}`, for onExit steps.
     pub run_state: &'a str,
+    /// The row is a sweep's trial: `{{params.NAME}}` are its proposed values (its `item`), and
+    /// the run's own parameters are `{{pipeline.params.NAME}}`.
+    pub trial: bool,
 }
 
 impl Scope<'_> {
@@ -55,6 +58,17 @@ impl Scope<'_> {
         inputs_dir: &Path,
     ) -> Result<String, Stop> {
         match r {
+            Ref::Param(n) if self.trial => {
+                let params: serde_json::Map<String, serde_json::Value> = row
+                    .item
+                    .as_deref()
+                    .and_then(|i| serde_json::from_str(i).ok())
+                    .unwrap_or_default();
+                params
+                    .get(n)
+                    .map(json_text)
+                    .ok_or_else(|| Stop::Fail(format!("the trial has no parameter '{n}'")))
+            }
             Ref::Param(n) | Ref::PipelineParam(n) => self
                 .params
                 .get(n)
@@ -90,9 +104,24 @@ impl Scope<'_> {
                     ))
                 })
             }
-            Ref::BestParam { step, .. } => Err(Stop::Fail(format!(
-                "step '{step}' is a sweep, and sweeps cannot run in this version"
-            ))),
+            Ref::BestParam { step, name } => {
+                let up = self.upstream(step)?;
+                let best: serde_json::Map<String, serde_json::Value> = up
+                    .item
+                    .as_deref()
+                    .and_then(|i| serde_json::from_str(i).ok())
+                    .ok_or_else(|| {
+                        Stop::Fail(format!(
+                            "sweep '{step}' has no best trial (it ended {})",
+                            up.state
+                        ))
+                    })?;
+                best.get(name).map(json_text).ok_or_else(|| {
+                    Stop::Fail(format!(
+                        "the best trial of sweep '{step}' has no parameter '{name}'"
+                    ))
+                })
+            }
             Ref::Item(path) => {
                 let item: serde_json::Value = row
                     .item
@@ -105,10 +134,7 @@ impl Scope<'_> {
                         Stop::Fail(format!("the forEach item has no field '{field}'"))
                     })?;
                 }
-                Ok(match v {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
+                Ok(json_text(v))
             }
             Ref::RunId => Ok(self.run.id.clone()),
             Ref::RunName => Ok(self.run.name.clone()),
@@ -125,6 +151,14 @@ impl Scope<'_> {
         inputs_dir: &Path,
     ) -> Result<String, Stop> {
         t.render(|r| self.resolve(row, r, inputs, inputs_dir))
+    }
+}
+
+/// The text a template inserts for a JSON value: strings without their quotes.
+fn json_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -228,7 +262,13 @@ pub fn build(
         ("SLUICE_TEAM", run.team.clone()),
         ("SLUICE_STEP", row.name.clone()),
         ("SLUICE_ATTEMPT", number.to_string()),
-        ("SLUICE_PARAMS", run.params.clone()),
+        (
+            "SLUICE_PARAMS",
+            match (&row.item, scope.trial) {
+                (Some(item), true) => item.clone(),
+                _ => run.params.clone(),
+            },
+        ),
         ("SLUICE_OUTPUT_DIR", output_dir.display().to_string()),
         (
             "SLUICE_CHECKPOINT_DIR",
@@ -238,6 +278,14 @@ pub fn build(
     ];
     for (k, v) in sluice_env {
         env.insert(k.to_owned(), v);
+    }
+    if scope.trial
+        && let Some(n) = row
+            .name
+            .rsplit_once('[')
+            .and_then(|(_, n)| n.strip_suffix(']'))
+    {
+        env.insert("SLUICE_TRIAL".into(), n.to_owned());
     }
     Ok(Launch {
         argv,

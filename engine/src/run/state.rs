@@ -10,10 +10,17 @@ pub mod step {
     pub const CACHED: &str = "Cached";
     pub const SKIPPED: &str = "Skipped";
     pub const CANCELLED: &str = "Cancelled";
+    /// A sweep's trial stopped early (median rule, the sweep's target or maxDuration reached):
+    /// neither a failure nor a candidate beyond what it reported.
+    pub const STOPPED: &str = "Stopped";
 
-    /// A step in one of these states will not change again (until `sluice retry`).
+    /// A step in one of these states will not change again (until `sluice retry`; an ASHA
+    /// trial's promotion also takes it from `Succeeded` back to `Queued`).
     pub fn is_terminal(s: &str) -> bool {
-        matches!(s, SUCCEEDED | FAILED | CACHED | SKIPPED | CANCELLED)
+        matches!(
+            s,
+            SUCCEEDED | FAILED | CACHED | SKIPPED | CANCELLED | STOPPED
+        )
     }
 
     /// States that satisfy `needs`.

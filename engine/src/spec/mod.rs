@@ -9,6 +9,7 @@ mod decode;
 pub mod diagnostic;
 pub mod expr;
 pub mod model;
+pub mod oneline;
 pub mod params;
 mod pipeline;
 mod sweep;

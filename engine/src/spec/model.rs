@@ -152,6 +152,31 @@ pub struct Pipeline {
     pub timeout: Option<Duration>,
     /// All steps in file order; those named in `onExit` have `on_exit` set.
     pub steps: Vec<Step>,
+    /// Made from a `kind: Sweep` file: one sweep step, named `sweep`, whose trials are
+    /// `trial[N]`.
+    pub from_sweep: bool,
+}
+
+impl Pipeline {
+    /// The pipeline a `kind: Sweep` file runs as: one step holding the sweep.
+    pub fn of_sweep(sweep: &Sweep, path: &str) -> Pipeline {
+        let mut step = sweep.trial.clone();
+        step.name = "sweep".into();
+        step.action = Action::Sweep {
+            params: sweep.params.keys().cloned().collect(),
+            sweep: Some(Box::new(sweep.clone())),
+        };
+        Pipeline {
+            metadata: sweep.metadata.clone(),
+            path: path.to_owned(),
+            params: Vec::new(),
+            parallelism: None,
+            fail_fast: false,
+            timeout: None,
+            steps: vec![step],
+            from_sweep: true,
+        }
+    }
 }
 
 impl Pipeline {
@@ -276,11 +301,12 @@ pub struct Need {
 pub enum Action {
     Run(Template),
     Command(Vec<Template>),
-    /// A nested sweep; its own validation arrives with sweeps. The names of its parameters
-    /// are kept so `{{steps.S.best.params.NAME}}` can be checked.
+    /// A nested sweep. The names of its parameters are kept so that
+    /// `{{steps.S.best.params.NAME}}` can be checked even when the sweep itself is invalid;
+    /// `sweep` is the validated sweep (None when it had errors, which were reported).
     Sweep {
         params: Vec<String>,
-        spec: Node,
+        sweep: Option<Box<Sweep>>,
     },
 }
 

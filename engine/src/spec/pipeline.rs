@@ -113,6 +113,7 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
         fail_fast: true,
         timeout: None,
         steps: Vec::new(),
+        from_sweep: false,
     };
     let Some(entries) = cx.fields(spec, "spec", SPEC_FIELDS) else {
         return pipeline;
@@ -723,11 +724,8 @@ fn read_sweep(cx: &mut Cx<'_>, v: &Node, step: &str) -> Option<Action> {
         .and_then(Node::as_map)
         .map(|m| m.iter().map(|e| e.key.clone()).collect())
         .unwrap_or_default();
-    super::sweep::decode_nested(cx, step, v);
-    Some(Action::Sweep {
-        params,
-        spec: v.clone(),
-    })
+    let sweep = super::sweep::decode_nested(cx, step, v).map(Box::new);
+    Some(Action::Sweep { params, sweep })
 }
 
 fn read_for_each(cx: &mut Cx<'_>, v: &Node) -> Option<ForEach> {

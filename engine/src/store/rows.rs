@@ -144,7 +144,7 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
 }
 
 const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, reason, attempts, retries_used, not_before, metrics, outputs, cache_key, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-const UPDATE_STEP: &str = "UPDATE steps SET state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
+const UPDATE_STEP: &str = "UPDATE steps SET item = ?, state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
 const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running') AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
 const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
 
@@ -173,6 +173,7 @@ async fn insert_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Erro
 
 async fn update_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
     sqlx::query(UPDATE_STEP)
+        .bind(&s.item)
         .bind(&s.state)
         .bind(&s.reason)
         .bind(s.attempts)
