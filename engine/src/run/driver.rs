@@ -516,7 +516,9 @@ impl Driver {
         // A step Running with no attempt running (cannot happen, but never strand one).
         let stranded: Vec<usize> = (0..self.rows.len())
             .filter(|&i| {
-                self.rows[i].state == st::RUNNING && !self.live.contains_key(&self.rows[i].name)
+                self.rows[i].state == st::RUNNING
+                    && !self.live.contains_key(&self.rows[i].name)
+                    && !self.sweep_rows.contains_key(&self.rows[i].name)
             })
             .collect();
         for i in stranded {
