@@ -560,3 +560,61 @@ fn the_one_line_form_runs_a_sweep_and_bad_specs_are_usage_errors() {
         out.stderr
     );
 }
+
+#[test]
+fn hyperband_runs_its_brackets_and_promotes_the_best_of_each_round() {
+    // R = 9, eta = 3: brackets (9 on 1, 3 on 3, 1 on 9), (5 on 3, 1 on 9)... capped at
+    // 12 trials: the first bracket whole, then 3 trials of the next.
+    let sweep = r#"apiVersion: sluice.dev/v1
+kind: Sweep
+metadata: {name: hb}
+spec:
+  objective: {metric: loss, goal: minimize}
+  algorithm: {name: hyperband, seed: 2, settings: {resource: epochs, minResource: 1, maxResource: 9, eta: 3}}
+  budget: {maxTrials: 12, parallelism: 3}
+  params:
+    q: {type: float, min: 0.0, max: 1.0}
+    epochs: {type: int, min: 1, max: 9}
+  trial:
+    command: [python3, asha.py, "{{params.q}}", "{{params.epochs}}"]
+    checkpoint: {every: 10s}
+    resources: {cpu: 100m}
+"#;
+    let sb = Sandbox::new("sweep-hb");
+    sb.write("asha.py", ASHA_TRIAL);
+    sb.write("h.yaml", sweep);
+    let out = sb.run(&["sweep", "h.yaml", "--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v = json_of(&out);
+    let trials = v["trials"].as_array().expect("trials");
+    assert_eq!(trials.len(), 12);
+    let epochs = |n: u64| -> Vec<u32> {
+        std::fs::read_to_string(sb.path().join(format!("epochs-{n}")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    // The first bracket: 9 trials on 1 epoch, the best 3 go on to 3, the best of those to 9.
+    let q = |n: u64| trials[n as usize - 1]["params"]["q"].as_f64().expect("q");
+    let mut first: Vec<u64> = (1..=9).collect();
+    first.sort_by(|a, b| q(*a).total_cmp(&q(*b)));
+    for (rank, n) in first.iter().enumerate() {
+        let want = match rank {
+            0 => 9,
+            1 | 2 => 3,
+            _ => 1,
+        };
+        // Continued from the checkpoint: each epoch ran once.
+        assert_eq!(
+            epochs(*n),
+            (1..=want).collect::<Vec<u32>>(),
+            "trial {n} (rank {rank})"
+        );
+    }
+    // The second bracket starts on 3 epochs.
+    for n in 10..=12 {
+        assert!(epochs(n).len() >= 3, "trial {n}: {:?}", epochs(n));
+    }
+    assert_eq!(v["best"]["params"]["epochs"], 9);
+}

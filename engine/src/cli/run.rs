@@ -11,7 +11,7 @@ use super::status;
 use crate::dag;
 use crate::run::state::{run as rs, step as st};
 use crate::run::{self, Driver, Ending};
-use crate::spec::model::{Action, Document};
+use crate::spec::model::Document;
 use crate::spec::{self, Diagnostic, params};
 use crate::store::Store;
 
@@ -141,14 +141,6 @@ pub async fn start(
             )));
         }
     };
-    if let Some(s) = pipeline.steps.iter().find(|s| {
-        matches!(&s.action, Action::Sweep { sweep: Some(sw), .. } if sw.algorithm.name == "hyperband")
-    }) {
-        return Err(Error::Usage(format!(
-            "{shown}: step '{}': algorithm hyperband cannot run in this version of sluice; asha (its asynchronous form) can",
-            s.name
-        )));
-    }
     let mut d = spec::Diagnostics::new(shown.clone());
     let Some(graph) = dag::graph::build(pipeline, &mut d) else {
         return Ok(usage_with(d.into_sorted()));

@@ -60,8 +60,9 @@ pub(super) struct Sweeper {
     best: Option<(f64, u64)>,
     /// Objective curves of ended trials, read once from their metrics files.
     curves: HashMap<u64, Vec<(u64, f64)>>,
-    /// ASHA: the losses reported at each rung, (trial, loss).
-    ladder: Vec<Vec<(u64, f64)>>,
+    /// ASHA and Hyperband: each trial's losses at the rungs it finished, in order (each
+    /// succeeded attempt of a trial finished one rung).
+    results: BTreeMap<u64, Vec<f64>>,
     /// Trials asked to stop whose attempt has not ended yet.
     stopping: BTreeSet<u64>,
 }
@@ -72,6 +73,12 @@ enum Kind {
         rungs: Vec<f64>,
         resource: String,
         eta: u64,
+    },
+    /// Brackets run one after another; within one, a round's best `1/eta` are promoted once
+    /// the whole round has ended (so promotions do not depend on timing).
+    Hyperband {
+        brackets: Vec<Vec<asha::Round>>,
+        resource: String,
     },
 }
 
@@ -86,7 +93,7 @@ impl Sweeper {
                 candidates: spec.algorithm.candidates as usize,
                 gamma: spec.algorithm.gamma,
             })),
-            "asha" => {
+            "asha" | "hyperband" => {
                 let resource = spec.algorithm.resource.clone().unwrap_or_default();
                 let (lo, hi) = match spec.params.get(&resource) {
                     Some(SweepParam::Int { min, max, .. }) => (*min as f64, *max as f64),
@@ -99,21 +106,24 @@ impl Sweeper {
                 };
                 let min = spec.algorithm.min_resource.unwrap_or(lo).max(lo);
                 let max = spec.algorithm.max_resource.unwrap_or(hi).min(hi);
-                Kind::Asha {
-                    rungs: asha::rungs(min, max, spec.algorithm.eta),
-                    resource,
-                    eta: spec.algorithm.eta,
+                if spec.algorithm.name == "hyperband" {
+                    Kind::Hyperband {
+                        brackets: asha::hyperband_brackets(min, max, spec.algorithm.eta),
+                        resource,
+                    }
+                } else {
+                    Kind::Asha {
+                        rungs: asha::rungs(min, max, spec.algorithm.eta),
+                        resource,
+                        eta: spec.algorithm.eta,
+                    }
                 }
             }
             other => {
                 return Err(Error::Invalid(format!(
-                    "sweep '{row}': algorithm '{other}' cannot run in this version of sluice (asha can); sluice lint accepts it"
+                    "sweep '{row}': algorithm '{other}' cannot run in this version of sluice"
                 )));
             }
-        };
-        let rungs = match &kind {
-            Kind::Asha { rungs, .. } => rungs.len(),
-            Kind::Propose(_) => 0,
         };
         Ok(Sweeper {
             row,
@@ -128,7 +138,7 @@ impl Sweeper {
             halted: None,
             best: None,
             curves: HashMap::new(),
-            ladder: vec![Vec::new(); rungs],
+            results: BTreeMap::new(),
             stopping: BTreeSet::new(),
         })
     }
@@ -196,14 +206,17 @@ impl Sweeper {
         Some(point)
     }
 
-    fn resource_value(&self, rung: usize) -> Option<(String, serde_json::Value)> {
-        let Kind::Asha {
-            rungs, resource, ..
-        } = &self.kind
-        else {
-            return None;
+    /// Whether trials climb rungs of budget (ASHA, Hyperband).
+    fn staged(&self) -> bool {
+        !matches!(self.kind, Kind::Propose(_))
+    }
+
+    /// The resource parameter and its value for budget `r`.
+    fn budget(&self, r: f64) -> Option<(String, serde_json::Value)> {
+        let resource = match &self.kind {
+            Kind::Asha { resource, .. } | Kind::Hyperband { resource, .. } => resource,
+            Kind::Propose(_) => return None,
         };
-        let r = *rungs.get(rung)?;
         let v = match self.spec.params.get(resource) {
             Some(SweepParam::Int { .. }) => serde_json::json!(r.round() as i64),
             _ => serde_json::json!(r),
@@ -211,19 +224,17 @@ impl Sweeper {
         Some((resource.clone(), v))
     }
 
-    /// The rung a trial's parameters put it on.
-    fn rung_of(&self, item: Option<&str>) -> usize {
-        let Kind::Asha {
-            rungs, resource, ..
-        } = &self.kind
-        else {
-            return 0;
+    /// The rung (index into `budgets`) a trial's parameters put it on.
+    fn rung_in(&self, budgets: &[f64], item: Option<&str>) -> usize {
+        let resource = match &self.kind {
+            Kind::Asha { resource, .. } | Kind::Hyperband { resource, .. } => resource,
+            Kind::Propose(_) => return 0,
         };
         let v = item
             .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
             .and_then(|j| j.get(resource).and_then(serde_json::Value::as_f64));
         v.and_then(|v| {
-            rungs
+            budgets
                 .iter()
                 .position(|r| (r - v).abs() <= 0.5 + 1e-9 * r.abs())
         })
@@ -403,24 +414,17 @@ impl Driver {
                     self.sweeps[si].stopping_note(n);
                 }
                 let s = &mut self.sweeps[si];
-                if matches!(s.kind, Kind::Asha { .. }) {
-                    let mut rung = 0;
-                    for a in attempts.iter().filter(|a| {
-                        a.step == row.name && a.state == crate::run::state::attempt::SUCCEEDED
-                    }) {
-                        if let Some(v) = metric(a.metrics.as_deref(), &s.spec.objective.metric)
-                            && let Some(r) = s.ladder.get_mut(rung)
-                        {
-                            r.push((
-                                n,
-                                if s.spec.objective.goal == Goal::Maximize {
-                                    -v
-                                } else {
-                                    v
-                                },
-                            ));
-                        }
-                        rung += 1;
+                if s.staged() {
+                    let losses: Vec<f64> = attempts
+                        .iter()
+                        .filter(|a| {
+                            a.step == row.name && a.state == crate::run::state::attempt::SUCCEEDED
+                        })
+                        .filter_map(|a| metric(a.metrics.as_deref(), &s.spec.objective.metric))
+                        .map(|v| s.loss(v))
+                        .collect();
+                    if !losses.is_empty() {
+                        s.results.insert(n, losses);
                     }
                 }
             }
@@ -536,11 +540,16 @@ impl Driver {
         } else {
             let limit = self.sweeps[si].parallelism();
             while active < limit {
-                if self.sweeps[si].ladder.is_empty() {
+                if !self.sweeps[si].staged() {
                     let Some(row) = self.propose(si) else { break };
                     new_rows.push(row);
                 } else {
-                    match self.asha_next(si) {
+                    let next = if matches!(self.sweeps[si].kind, Kind::Asha { .. }) {
+                        self.asha_next(si)
+                    } else {
+                        self.hyperband_next(si)
+                    };
+                    match next {
                         Some(Ok(idx)) => changed.push(idx),
                         Some(Err(row)) => new_rows.push(row),
                         None => break,
@@ -646,22 +655,21 @@ impl Driver {
     /// a new one on the first rung (Err: the new row), or nothing (None).
     fn asha_next(&mut self, si: usize) -> Option<Result<usize, StepRow>> {
         let s = &self.sweeps[si];
-        let Kind::Asha { eta, .. } = &s.kind else {
+        let Kind::Asha { eta, rungs, .. } = &s.kind else {
             return None;
         };
-        let ladder: Vec<asha::Rung> = s
-            .ladder
-            .iter()
-            .enumerate()
-            .map(|(k, results)| asha::Rung {
-                results: results
+        let ladder: Vec<asha::Rung> = (0..rungs.len())
+            .map(|k| asha::Rung {
+                results: s
+                    .results
                     .iter()
-                    .map(|&(n, loss)| {
+                    .filter_map(|(&n, losses)| {
+                        let loss = *losses.get(k)?;
                         let promoted = s.trials.get(&n).is_some_and(|&i| {
-                            s.rung_of(self.rows[i].item.as_deref()) > k
+                            s.rung_in(rungs, self.rows[i].item.as_deref()) > k
                                 || !st::is_terminal(&self.rows[i].state)
                         });
-                        (n, loss, promoted)
+                        Some((n, loss, promoted))
                     })
                     .collect(),
             })
@@ -669,34 +677,114 @@ impl Driver {
         match asha::next(&ladder, *eta) {
             asha::Next::Promote { trial, rung } => {
                 let idx = *s.trials.get(&trial)?;
-                let (name, value) = s.resource_value(rung)?;
-                let mut params: serde_json::Map<String, serde_json::Value> = self.rows[idx]
-                    .item
-                    .as_deref()
-                    .and_then(|i| serde_json::from_str(i).ok())
-                    .unwrap_or_default();
-                params.insert(name.clone(), value.clone());
-                self.rows[idx].item = Some(serde_json::Value::Object(params).to_string());
-                self.rows[idx].not_before = None;
-                self.set_state(
-                    idx,
-                    st::QUEUED,
-                    Some(format!("promoted to rung {} ({name}={value})", rung + 1)),
-                );
-                Some(Ok(idx))
+                let budget = s.budget(*rungs.get(rung)?)?;
+                Some(Ok(self.promote(idx, rung, budget)))
             }
             asha::Next::Start => {
-                let n = s.created + 1;
-                if n > s.max_trials() {
-                    return None;
-                }
-                let seed = s.spec.algorithm.seed;
-                let point =
-                    algorithm::propose(&Algorithm::Random, &s.spec.params, seed, n, &[]).ok()??;
-                let first = s.resource_value(0);
-                Some(Err(self.make_trial(si, n, &point, first)))
+                let first = *rungs.first()?;
+                self.new_staged_trial(si, first).map(Err)
             }
         }
+    }
+
+    /// A new trial of a staged algorithm, on budget `r`: random proposals.
+    fn new_staged_trial(&mut self, si: usize, r: f64) -> Option<StepRow> {
+        let s = &self.sweeps[si];
+        let n = s.created + 1;
+        if n > s.max_trials() {
+            return None;
+        }
+        let seed = s.spec.algorithm.seed;
+        let point = algorithm::propose(&Algorithm::Random, &s.spec.params, seed, n, &[]).ok()??;
+        let budget = s.budget(r);
+        Some(self.make_trial(si, n, &point, budget))
+    }
+
+    /// Queues trial row `idx` again with the budget of rung `rung`: it continues from its
+    /// own checkpoint.
+    fn promote(
+        &mut self,
+        idx: usize,
+        rung: usize,
+        (name, value): (String, serde_json::Value),
+    ) -> usize {
+        let mut params: serde_json::Map<String, serde_json::Value> = self.rows[idx]
+            .item
+            .as_deref()
+            .and_then(|i| serde_json::from_str(i).ok())
+            .unwrap_or_default();
+        params.insert(name.clone(), value.clone());
+        self.rows[idx].item = Some(serde_json::Value::Object(params).to_string());
+        self.rows[idx].not_before = None;
+        self.set_state(
+            idx,
+            st::QUEUED,
+            Some(format!("promoted to rung {} ({name}={value})", rung + 1)),
+        );
+        idx
+    }
+
+    /// Hyperband: fill the current bracket's first round, then, each time a round has wholly
+    /// ended, promote its best to the next round; then the next bracket.
+    fn hyperband_next(&mut self, si: usize) -> Option<Result<usize, StepRow>> {
+        let s = &self.sweeps[si];
+        let Kind::Hyperband { brackets, .. } = &s.kind else {
+            return None;
+        };
+        let max = s.max_trials();
+        let mut first = 1;
+        for rounds in brackets {
+            let size = rounds.first().map_or(0, |r| r.trials);
+            let last = (first + size).saturating_sub(1).min(max);
+            if first > last {
+                return None;
+            }
+            if s.created < last {
+                let r = rounds.first()?.budget;
+                return self.new_staged_trial(si, r).map(Err);
+            }
+            let budgets: Vec<f64> = rounds.iter().map(|r| r.budget).collect();
+            let members: Vec<(u64, usize, usize)> = (first..=last)
+                .filter_map(|n| {
+                    let i = *s.trials.get(&n)?;
+                    Some((n, i, s.rung_in(&budgets, self.rows[i].item.as_deref())))
+                })
+                .collect();
+            for k in 0..rounds.len().saturating_sub(1) {
+                let at_k: Vec<&(u64, usize, usize)> =
+                    members.iter().filter(|(_, _, rung)| *rung >= k).collect();
+                if at_k
+                    .iter()
+                    .any(|(_, i, rung)| *rung == k && !st::is_terminal(&self.rows[*i].state))
+                {
+                    return None; // the round has not ended
+                }
+                let mut ranked: Vec<(f64, u64, usize, usize)> = at_k
+                    .iter()
+                    .filter_map(|&&(n, i, rung)| {
+                        let loss = *s.results.get(&n)?.get(k)?;
+                        Some((loss, n, i, rung))
+                    })
+                    .collect();
+                ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let keep = rounds[k + 1].trials as usize;
+                if let Some(&(_, _, idx, _)) =
+                    ranked.iter().take(keep).find(|(_, _, _, rung)| *rung == k)
+                {
+                    let budget = s.budget(rounds[k + 1].budget)?;
+                    return Some(Ok(self.promote(idx, k + 1, budget)));
+                }
+            }
+            // Every round of this bracket is decided: its last round must end too.
+            if members
+                .iter()
+                .any(|(_, i, _)| !st::is_terminal(&self.rows[*i].state))
+            {
+                return None;
+            }
+            first += size;
+        }
+        None
     }
 
     /// Every trial has ended and none is left to make: the sweep ends with its best trial.
@@ -741,16 +829,11 @@ impl Driver {
         let Some(n) = self.sweeps[si].number(&self.rows[idx].name) else {
             return;
         };
-        if self.rows[idx].state == st::SUCCEEDED
-            && matches!(self.sweeps[si].kind, Kind::Asha { .. })
-        {
+        if self.rows[idx].state == st::SUCCEEDED && self.sweeps[si].staged() {
             let s = &self.sweeps[si];
-            let rung = s.rung_of(self.rows[idx].item.as_deref());
             if let Some(v) = attempt_metrics.get(&s.spec.objective.metric) {
                 let loss = s.loss(*v);
-                if let Some(r) = self.sweeps[si].ladder.get_mut(rung) {
-                    r.push((n, loss));
-                }
+                self.sweeps[si].results.entry(n).or_default().push(loss);
             }
         }
         self.sweeps[si].stopping_done(n);
