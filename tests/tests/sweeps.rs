@@ -517,7 +517,7 @@ fn the_one_line_form_runs_a_sweep_and_bad_specs_are_usage_errors() {
     assert_eq!(v["name"], "quick");
     assert_eq!(v["trials"].as_array().map(Vec::len), Some(6));
     // Resumable and inspectable like any run: the document is kept with it.
-    let s = sb.status(&v["id"].as_str().expect("id").to_owned());
+    let s = sb.status(v["id"].as_str().expect("id"));
     assert_eq!(s["best"], v["best"]);
 
     let mut cases: BTreeMap<&str, Vec<&str>> = BTreeMap::new();

@@ -10,7 +10,8 @@ use crate::run::state::step as st;
 use crate::store::StepRow;
 
 pub enum Progress {
-    Bar(ProgressBar),
+    /// The bar counts steps, or a sweep's trials once one reports (`true`).
+    Bar(ProgressBar, bool),
     /// Plain lines; a sweep's summary at most every few seconds.
     Lines(Option<std::time::Instant>),
     Quiet,
@@ -33,14 +34,14 @@ impl Progress {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
-            Progress::Bar(bar)
+            Progress::Bar(bar, false)
         } else {
             Progress::Lines(None)
         }
     }
 
     pub fn finish(&self) {
-        if let Progress::Bar(b) = self {
+        if let Progress::Bar(b, _) = self {
             b.finish_and_clear();
         }
     }
@@ -54,7 +55,17 @@ fn clock() -> String {
 impl Watcher for Progress {
     fn step(&mut self, row: &StepRow, total: usize, done: usize) {
         match self {
-            Progress::Bar(b) => {
+            Progress::Bar(b, sweeping) => {
+                if *sweeping {
+                    if matches!(row.state.as_str(), st::FAILED) {
+                        b.println(format!(
+                            "{} failed: {}",
+                            row.name,
+                            row.reason.as_deref().unwrap_or("")
+                        ));
+                    }
+                    return;
+                }
                 b.set_length(total as u64);
                 if done > 0 {
                     b.set_position(done as u64);
@@ -84,9 +95,22 @@ impl Watcher for Progress {
         }
     }
 
-    fn sweep(&mut self, line: &str) {
+    fn sweep(&mut self, done: u64, total: u64, line: &str) {
         match self {
-            Progress::Bar(b) => b.set_message(line.to_owned()),
+            Progress::Bar(b, sweeping) => {
+                if !*sweeping {
+                    *sweeping = true;
+                    b.set_style(
+                        ProgressStyle::with_template(
+                            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} trials  {msg}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                    );
+                }
+                b.set_length(total);
+                b.set_position(done);
+                b.set_message(line.to_owned());
+            }
             Progress::Lines(last) => {
                 if last.is_none_or(|t| t.elapsed() >= SWEEP_LINE_EVERY) {
                     *last = Some(std::time::Instant::now());
@@ -99,7 +123,7 @@ impl Watcher for Progress {
 
     fn note(&mut self, text: &str) {
         match self {
-            Progress::Bar(b) => b.println(text),
+            Progress::Bar(b, _) => b.println(text),
             Progress::Lines(_) => eprintln!("{} {text}", clock()),
             Progress::Quiet => {}
         }

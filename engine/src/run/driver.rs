@@ -83,8 +83,9 @@ pub enum Ending {
 pub trait Watcher {
     fn step(&mut self, row: &StepRow, total: usize, done: usize);
     fn note(&mut self, text: &str);
-    /// A sweep's progress changed: one line (trials done, running, failed, stopped; best).
-    fn sweep(&mut self, _line: &str) {}
+    /// A sweep's progress changed: trials ended of its budget, and one line (trials done,
+    /// running, failed, stopped; the best so far).
+    fn sweep(&mut self, _done: u64, _total: u64, _line: &str) {}
 }
 
 /// A watcher that says nothing (`--detach`ed engines, tests).
@@ -829,9 +830,9 @@ impl Driver {
             let before = (changed.len(), new_rows.len());
             self.tick_sweeps(&mut changed, &mut new_rows);
             if (changed.len(), new_rows.len()) != before
-                && let Some(line) = self.sweep_summary()
+                && let Some((done, total, line)) = self.sweep_summary()
             {
-                watcher.sweep(&line);
+                watcher.sweep(done, total, &line);
             }
         }
         if !changed.is_empty() || !new_rows.is_empty() {

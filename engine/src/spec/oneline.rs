@@ -196,13 +196,13 @@ mod tests {
 
     #[test]
     fn bad_specs_say_what_is_expected() {
-        let e = parse("lr", "log:0:1").unwrap_err();
+        let e = parse("lr", "log:0:1").expect_err("an error");
         assert!(e.contains("MIN > 0"), "{e}");
-        let e = parse("lr", "float:1:0").unwrap_err();
+        let e = parse("lr", "float:1:0").expect_err("an error");
         assert!(e.contains("less than MAX"), "{e}");
-        let e = parse("n", "int:a:3").unwrap_err();
+        let e = parse("n", "int:a:3").expect_err("an error");
         assert!(e.contains("not an integer"), "{e}");
-        let e = parse("lr", "float:1").unwrap_err();
+        let e = parse("lr", "float:1").expect_err("an error");
         assert!(e.contains("float:MIN:MAX"), "{e}");
         assert!(split("=3").is_err());
     }

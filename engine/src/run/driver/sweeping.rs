@@ -357,6 +357,9 @@ pub fn report(pipeline: &Pipeline, rows: &[StepRow]) -> Option<Report> {
     })
 }
 
+/// A trial's objective: (step, value) in the order reported.
+type Curve = Vec<(u64, f64)>;
+
 /// The objective's curve in an attempt's metrics file: (step, value) in the order reported.
 fn curve(dir: &Path, metric: &str) -> Vec<(u64, f64)> {
     let Ok(text) = std::fs::read_to_string(dir.join(contract::METRICS_FILE)) else {
@@ -875,7 +878,7 @@ impl Driver {
             let metric = self.sweeps[si].spec.objective.metric.clone();
             let trial_step = self.sweeps[si].trial_step.clone();
             // Running trials' curves, read now; ended ones' once.
-            let mut running: Vec<(u64, String, Vec<(u64, f64)>)> = Vec::new();
+            let mut running: Vec<(u64, String, Curve)> = Vec::new();
             for (name, l) in &self.live {
                 let Some(&idx) = self.by_name.get(name) else {
                     continue;
@@ -954,7 +957,7 @@ impl Driver {
     }
 
     /// One line on the sweeps' progress: trials done, running, failed, stopped; the best.
-    pub(super) fn sweep_summary(&self) -> Option<String> {
+    pub(super) fn sweep_summary(&self) -> Option<(u64, u64, String)> {
         let s = self.sweeps.first()?;
         let c = self.counts.get(&s.trial_step).copied().unwrap_or_default();
         let mut line = format!(
@@ -975,7 +978,12 @@ impl Driver {
                 row.item.as_deref().unwrap_or("{}")
             ));
         }
-        Some(line)
+        let total = if s.halted.is_some() || s.exhausted {
+            s.created
+        } else {
+            s.max_trials()
+        };
+        Some((c.terminal as u64, total, line))
     }
 }
 
