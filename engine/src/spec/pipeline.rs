@@ -859,6 +859,29 @@ fn check_references(cx: &mut Cx<'_>, p: &Pipeline, index: &HashMap<String, usize
         for r in step.refs() {
             check_ref(cx, p, index, known, step, r);
         }
+        // A sweep step's trial reads the pipeline's parameters as {{pipeline.params.NAME}}.
+        if let Action::Sweep {
+            sweep: Some(sweep), ..
+        } = &step.action
+        {
+            for r in sweep.trial.refs() {
+                if let Ref::PipelineParam(name) = &r.reference
+                    && p.param(name).is_none()
+                    && !known.params.contains(name)
+                {
+                    let d = cx.d.error(
+                        r.pos,
+                        format!("{}: the pipeline has no parameter '{name}'", r.raw),
+                    );
+                    d.suggest(name, p.params.iter().map(|p| p.name.as_str()));
+                    if d.help.is_empty() {
+                        d.help(format!(
+                            "declare it under spec.params: {name}: {{type: string, default: ...}}"
+                        ));
+                    }
+                }
+            }
+        }
     }
 }
 
