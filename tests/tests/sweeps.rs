@@ -618,3 +618,34 @@ spec:
     }
     assert_eq!(v["best"]["params"]["epochs"], 9);
 }
+
+/// The examples users copy from run as written, and find the known optimum's region.
+#[test]
+fn the_example_sweeps_run_as_written() {
+    let sb = Sandbox::new("sweep-examples");
+    let dir = sluice_e2e::root().join("examples/sweeps");
+    for (file, command) in [
+        ("lr-search.yaml", "sweep"),
+        ("asha.yaml", "sweep"),
+        ("early-stop.yaml", "sweep"),
+        ("tune-then-train.yaml", "run"),
+    ] {
+        let path = dir.join(file).display().to_string();
+        let out = sb.run(&[command, &path, "--output", "json"]);
+        assert_eq!(out.code, Some(0), "{file}: {}", out.stderr);
+        let v = json_of(&out);
+        assert_eq!(v["state"], "Succeeded", "{file}");
+        // train.py's loss is below 0.5 only near lr = 0.003 with 5 layers.
+        let best = v["best"]["value"].as_f64().expect("a best value");
+        assert!(best < 0.5, "{file}: best {best}");
+        if file == "early-stop.yaml" {
+            let stopped = v["trials"]
+                .as_array()
+                .expect("trials")
+                .iter()
+                .filter(|t| t["state"] == "Stopped")
+                .count();
+            assert!(stopped > 0, "{file}: nothing stopped");
+        }
+    }
+}
