@@ -649,3 +649,49 @@ fn the_example_sweeps_run_as_written() {
         }
     }
 }
+
+#[test]
+fn max_duration_ends_the_sweep_and_stops_what_still_runs() {
+    let sweep = r#"apiVersion: sluice.dev/v1
+kind: Sweep
+metadata: {name: timed}
+spec:
+  objective: {metric: loss, goal: minimize}
+  algorithm: {name: random, seed: 1}
+  budget: {maxTrials: 100, parallelism: 2, maxDuration: 3s}
+  params:
+    x: {type: float, min: 0.0, max: 1.0}
+  trial:
+    run: echo "loss={{params.x}}"; sleep 0.8
+    resources: {cpu: 100m}
+"#;
+    let sb = Sandbox::new("sweep-duration");
+    sb.write("t.yaml", sweep);
+    let started = std::time::Instant::now();
+    let out = sb.run(&["sweep", "t.yaml", "--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // Well before 100 trials x 0.8 s / 2.
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let v = json_of(&out);
+    let trials = v["trials"].as_array().expect("trials");
+    assert!(
+        trials.len() < 100 && trials.len() >= 4,
+        "{} trials",
+        trials.len()
+    );
+    assert!(
+        v["steps"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("maxDuration 3s reached")),
+        "{}",
+        v["steps"][0]
+    );
+    let stopped: Vec<&serde_json::Value> =
+        trials.iter().filter(|t| t["state"] == "Stopped").collect();
+    assert!(
+        !stopped.is_empty(),
+        "the trials running at the deadline are stopped: {v}"
+    );
+    // Those stopped while running still report what they printed.
+    assert!(stopped.iter().any(|t| t["value"].is_f64()), "{v}");
+}
