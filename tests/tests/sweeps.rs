@@ -695,3 +695,44 @@ spec:
     // Those stopped while running still report what they printed.
     assert!(stopped.iter().any(|t| t["value"].is_f64()), "{v}");
 }
+
+/// A Katib random-search Experiment runs unchanged: the container's command on this machine,
+/// `${trialParameters.NAME}` replaced by the proposals, metrics from standard output.
+#[test]
+fn a_katib_experiment_runs_unchanged() {
+    let sb = Sandbox::new("sweep-katib");
+    let path = sluice_e2e::root()
+        .join("examples/sweeps/katib-random.yaml")
+        .display()
+        .to_string();
+    let out = sb.run(&["sweep", &path, "--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v = json_of(&out);
+    assert_eq!(v["name"], "random");
+    let trials = v["trials"].as_array().expect("trials");
+    assert_eq!(trials.len(), 12, "maxTrialCount");
+    for t in trials {
+        assert_eq!(t["state"], "Succeeded", "{t}");
+        let p = &t["params"];
+        let lr = p["lr"].as_f64().expect("lr");
+        assert!((0.0001..=0.03).contains(&lr), "{p}");
+        assert!(
+            p["num-layers"]
+                .as_i64()
+                .is_some_and(|l| (2..=8).contains(&l)),
+            "{p}"
+        );
+        assert!(p["optimizer"].is_string(), "{p}");
+    }
+    // Maximize: the best is the highest accuracy.
+    let max = trials
+        .iter()
+        .filter_map(|t| t["value"].as_f64())
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(v["best"]["value"].as_f64(), Some(max));
+    // The trial ran with the proposals in its arguments: its log shows them.
+    let id = v["id"].as_str().expect("id");
+    let best = v["best"]["trial"].as_u64().expect("best");
+    let log = sb.run(&["logs", id, &format!("trial[{best}]")]);
+    assert!(log.stdout.contains("accuracy="), "{}", log.stdout);
+}

@@ -128,7 +128,6 @@ pub async fn start(
         }
         Document::Pending(p) => {
             let what = match p.kind.as_str() {
-                "Sweep" | "Experiment" => "sweeps are not available in this version of sluice",
                 "Cluster" => "a Cluster file configures the engine: pass it with --cluster",
                 "Schedule" => {
                     "schedules run under `sluice server`, which is not available in this version"

@@ -8,6 +8,7 @@ pub mod capacity;
 mod decode;
 pub mod diagnostic;
 pub mod expr;
+mod katib;
 pub mod model;
 pub mod oneline;
 pub mod params;
@@ -172,8 +173,15 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         };
         return sweep::decode(cx, metadata, spec).map(|s| Document::Sweep(Box::new(s)));
     }
+    if katib {
+        let Some(spec) = spec else {
+            cx.d.error(node.pos, "missing 'spec'")
+                .help("add spec: with the experiment's objective, algorithm, parameters and trialTemplate");
+            return None;
+        };
+        return katib::decode(cx, metadata, spec).map(|s| Document::Sweep(Box::new(s)));
+    }
     let what = match kind.0.as_str() {
-        "Experiment" => "Katib experiments arrive with sweeps that run",
         "Cluster" => "cluster configuration arrives with the scheduler",
         "Schedule" => "schedules arrive with the server",
         _ => "simulation arrives with the scheduler",
