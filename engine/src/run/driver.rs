@@ -175,6 +175,8 @@ pub struct Driver {
     sweep_rows: HashMap<String, usize>,
     /// Trials asked to stop, committed and still to be told.
     to_terminate: Vec<String>,
+    /// Logs being copied to the object store.
+    uploads: tokio::task::JoinSet<()>,
 }
 
 /// The lease holder's name for this process: `PID@HOST`.
@@ -367,6 +369,7 @@ impl Driver {
                 .collect(),
             sweeps,
             to_terminate: Vec::new(),
+            uploads: tokio::task::JoinSet::new(),
         };
         d.cancelling = d.store.cancel_requested(run_id).await?;
         for row in rows {
@@ -589,6 +592,7 @@ impl Driver {
                 Some(()) = interrupt => {
                     presses += 1;
                     if presses >= 2 {
+                        self.uploads_done().await;
                         self.flush().await?;
                         self.store.release_lease(&self.run.id, &self.owner).await?;
                         watcher.note("second interrupt: leaving running steps to `sluice resume`");
@@ -630,6 +634,7 @@ impl Driver {
                     .take_lease(&self.run.id, &self.owner, now, now + LEASE_MS, false)
                     .await?
                 {
+                    self.uploads_done().await;
                     self.flush().await?;
                     return Ok(Ending::Busy(holder));
                 }
@@ -684,6 +689,8 @@ impl Driver {
     }
 
     async fn end(&mut self, state: &str, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        // The run's logs are all in the object store before it is said to have ended.
+        self.uploads_done().await;
         let reason = if self.timed_out {
             Some("the run timed out".to_owned())
         } else {
@@ -1314,16 +1321,29 @@ impl Driver {
     }
 
     /// Keeps the attempt's log in the object store once it has ended (at
-    /// `OBJECTS/logs/output.log`). A failure is logged, not fatal: the log stays readable in
-    /// the attempt's folder.
-    async fn keep_log(&self, dir: &Path, objects: &str) {
+    /// `OBJECTS/logs/output.log`), in the background: the next trial or step need not wait for
+    /// it (it cost about a tenth of a no-op step). The run waits for these uploads before it
+    /// ends or lets go of its lease. A failure is logged, not fatal: the log stays readable in
+    /// the attempt's folder, where `sluice logs` also looks.
+    fn keep_log(&mut self, dir: &Path, objects: &str) {
         let from = dir.join(contract::LOG_FILE);
-        if std::fs::metadata(&from).is_ok_and(|m| m.len() > 0) {
-            let key = format!("{objects}/logs/output.log");
-            if let Err(e) = self.objects.put_path(&from, &key).await {
-                tracing::warn!("cannot keep the log of {}: {e}", dir.display());
-            }
+        if !std::fs::metadata(&from).is_ok_and(|m| m.len() > 0) {
+            return;
         }
+        let key = format!("{objects}/logs/output.log");
+        let store = self.objects.clone();
+        self.uploads.spawn(async move {
+            if let Err(e) = store.put_path(&from, &key).await {
+                tracing::warn!("cannot keep the log {}: {e}", from.display());
+            }
+        });
+        // Collect the finished ones, so that the set stays small.
+        while self.uploads.try_join_next().is_some() {}
+    }
+
+    /// Waits for the logs still being uploaded.
+    async fn uploads_done(&mut self) {
+        while self.uploads.join_next().await.is_some() {}
     }
 
     /// Checks attempts this engine did not start: an unlocked lock means the runtime ended.
@@ -1427,7 +1447,7 @@ impl Driver {
             self.rows[idx].metrics = serde_json::to_string(&metrics).ok();
         }
         let objects = launch::object_key(&self.run.team, &self.run.id, name, attempt.number);
-        self.keep_log(&dir, &objects).await;
+        self.keep_log(&dir, &objects);
         let mut cache_put = None;
         let stopping = self.trial_stopping(idx);
         let missing_objective = self
