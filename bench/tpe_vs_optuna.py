@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Optuna's TPE on the sweep issue's test functions: the median best of 20 seeds at 50
 sequential trials, for bench/tpe_vs_optuna.sh (which installs Optuna). Prints one line per
-function: NAME MEDIAN."""
+function: NAME MEDIAN. Arguments: [SEEDS (20)] [FIRST SEED (0)]."""
 import math
 import statistics
 import sys
@@ -41,9 +41,10 @@ def lr(t):
 
 
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+base = int(sys.argv[2]) if len(sys.argv) > 2 else 0  # the first seed
 for name, f in [("branin", branin), ("hartmann6", hartmann6), ("lr", lr)]:
     bests = []
-    for seed in range(seeds):
+    for seed in range(base, base + seeds):
         study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True))
         study.optimize(f, n_trials=50)
         bests.append(study.best_value)

@@ -242,7 +242,7 @@ fn algorithm(cx: &mut Cx<'_>, node: &Node) -> Option<SweepAlgorithm> {
         seed: 0,
         startup_trials: 10,
         candidates: 24,
-        gamma: 0.25,
+        gamma: crate::sweep::tpe::DEFAULT_GAMMA,
         resource: None,
         min_resource: None,
         max_resource: None,

@@ -394,7 +394,7 @@ fn algorithm(
         seed,
         startup_trials: 10,
         candidates: 24,
-        gamma: 0.25,
+        gamma: crate::sweep::tpe::DEFAULT_GAMMA,
         resource: None,
         min_resource: None,
         max_resource: None,

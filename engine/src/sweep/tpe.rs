@@ -16,7 +16,10 @@ use rand::{RngExt, SeedableRng};
 
 use super::space::{self, Param, Point, Space, Value};
 
-/// TPE's settings, with the defaults of the sweep contract.
+/// TPE's settings and their defaults. `gamma` is 0.15, not the contract's 0.25: with the
+/// neighbour bandwidths below it was the best of 0.10 to 0.25 over four sets of 20 seeds
+/// (Hartmann-6 median -2.92 to -3.02, Branin 0.48 to 0.50), and at least as good as Optuna
+/// 5's TPE on each function on average; see docs/benchmarks.md.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub startup: usize,
@@ -29,17 +32,15 @@ impl Default for Settings {
         Settings {
             startup: 10,
             candidates: 24,
-            gamma: 0.25,
+            gamma: DEFAULT_GAMMA,
         }
     }
 }
 
+/// The fraction of finished trials that form the "good" density.
+pub const DEFAULT_GAMMA: f64 = 0.15;
+
 const PRIOR_WEIGHT: f64 = 1.0;
-/// Bandwidth factor: each numeric kernel's sigma is `SIGMA0 * n^(-1/(d+4))` of the range.
-/// Optuna uses 0.2; 0.1 was measured better here on all three test functions, and made
-/// Hartmann-6 reach Optuna's median (-2.87 to -2.92 over four sets of 20 seeds, against -2.69
-/// to -2.81 with 0.2).
-const SIGMA0: f64 = 0.1;
 
 /// One finished trial: its parameters and its objective value, as a value to minimize.
 #[derive(Clone, Debug)]
@@ -152,7 +153,6 @@ impl Mixture {
     /// A mixture over `obs` (internal coordinates, in the trials' order) and the prior.
     fn fit(params: &[(&String, &Param)], obs: &[&[f64]]) -> Mixture {
         let n = obs.len();
-        let d = params.len().max(1);
         // Observation weights: flat below 25, older ones ramped down above (Optuna's default).
         let mut weights: Vec<f64> = if n < 25 {
             vec![1.0; n]
@@ -202,13 +202,12 @@ impl Mixture {
                         let range = (hi - lo).max(f64::MIN_POSITIVE);
                         let mut mus = coords;
                         mus.push(0.5 * (lo + hi));
-                        let sigma =
-                            SIGMA0 * (n.max(1) as f64).powf(-1.0 / (d as f64 + 4.0)) * range;
                         let min_sigma = range / (1.0 + mus.len() as f64).min(100.0);
-                        let mut sigmas = vec![sigma.clamp(min_sigma, range); mus.len()];
-                        if let Some(last) = sigmas.last_mut() {
-                            *last = range;
-                        }
+                        let mut sigmas = neighbour_sigmas(&mus[..n], lo, hi);
+                        sigmas
+                            .iter_mut()
+                            .for_each(|s| *s = s.clamp(min_sigma, range));
+                        sigmas.push(range);
                         let log_norms = mus
                             .iter()
                             .zip(&sigmas)
@@ -311,12 +310,59 @@ impl Mixture {
     }
 }
 
+/// Each kernel's bandwidth: the larger distance to its neighbours along this dimension (as
+/// Optuna's Parzen estimator does, in one dimension or many): wide where observations are
+/// sparse, narrow where they cluster. The outermost kernels use their inner neighbour's
+/// distance on both sides rather than the distance to the bound (Optuna's
+/// `consider_endpoints=False`), which would make them needlessly wide.
+fn neighbour_sigmas(mus: &[f64], lo: f64, hi: f64) -> Vec<f64> {
+    let k = mus.len();
+    // (value, index) pairs sorted in place: with 10,000 observations a sort by index
+    // through `mus` cost a fifth of a proposal.
+    // Sorted by the value's bits made monotonic (integer compares are the cheap ones).
+    let key = |x: f64| {
+        let bits = x.to_bits();
+        if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | (1 << 63)
+        }
+    };
+    let mut sorted: Vec<(u64, f64, usize)> = mus.iter().map(|&m| (key(m), m, 0)).collect();
+    for (i, s) in sorted.iter_mut().enumerate() {
+        s.2 = i;
+    }
+    sorted.sort_unstable_by_key(|s| s.0);
+    let sorted: Vec<(f64, usize)> = sorted.into_iter().map(|(_, m, i)| (m, i)).collect();
+    let mut sigmas = vec![hi - lo; k];
+    for (j, &(mu, i)) in sorted.iter().enumerate() {
+        let left = if j == 0 { lo } else { sorted[j - 1].0 };
+        let right = if j + 1 == k { hi } else { sorted[j + 1].0 };
+        let mut sigma = (mu - left).max(right - mu);
+        if k >= 2 && j == 0 {
+            sigma = sorted[1].0 - mu;
+        } else if k >= 2 && j + 1 == k {
+            sigma = mu - sorted[k - 2].0;
+        }
+        sigmas[i] = sigma;
+    }
+    sigmas
+}
+
 fn log_sum_exp(v: &[f64]) -> f64 {
     let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if !m.is_finite() {
         return m;
     }
-    m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+    // Terms more than 40 below the largest add less than 1e-17 of it; skipping them also
+    // skips exp's slow underflow path, which narrow kernels made a tenth of a proposal.
+    m + v
+        .iter()
+        .map(|x| x - m)
+        .filter(|d| *d > -40.0)
+        .map(f64::exp)
+        .sum::<f64>()
+        .ln()
 }
 
 fn phi(z: f64) -> f64 {
@@ -506,6 +552,36 @@ mod tests {
         let adamw = matches!(p.get("opt"), Some(Value::Choice(o)) if o == "adamw");
         (num(p, "lr").log10() + 2.5).powi(2) + 0.1 * (num(p, "layers") - 5.0).powi(2)
             - if adamw { 0.3 } else { 0.0 }
+    }
+
+    /// The targets hold on other seed sets too, not only on the one the default test uses
+    /// (slow: run by `bench/tpe_vs_optuna.sh`, or with `--ignored`). Prints the medians.
+    #[test]
+    #[ignore]
+    fn tpe_reaches_the_targets_on_four_seed_sets() {
+        for first in [0u64, 100, 200, 300] {
+            for (name, space, f, target) in [
+                ("branin", branin_space(), branin as fn(&Point) -> f64, 0.665),
+                (
+                    "hartmann6",
+                    hartmann_space(),
+                    hartmann6 as fn(&Point) -> f64,
+                    -2.81,
+                ),
+                ("lr", lr_space(), lr_fn as fn(&Point) -> f64, -0.284),
+            ] {
+                let mut bests: Vec<f64> = (first..first + 20)
+                    .map(|seed| best_of(&space, &Settings::default(), seed, 50, false, f))
+                    .collect();
+                bests.sort_by(f64::total_cmp);
+                let median = (bests[9] + bests[10]) / 2.0;
+                eprintln!("seeds {first}..{}: {name} {median:.4}", first + 19);
+                assert!(
+                    median <= target,
+                    "{name}, seeds from {first}: {median} > {target}"
+                );
+            }
+        }
     }
 
     fn median_best(space: &Space, f: fn(&Point) -> f64, random: bool) -> f64 {
