@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod dag;
 pub mod run;
+pub mod scheduler;
 pub mod spec;
 pub mod store;
 pub mod sweep;

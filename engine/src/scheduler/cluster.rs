@@ -1,0 +1,158 @@
+//! What the scheduler schedules onto: nodes grouped in pools, teams with quotas, and the
+//! resource vectors both are measured in. Plain data, no I/O: the local executor, Kubernetes
+//! and the simulator build it from a Cluster file (or from this machine) alike.
+
+use std::collections::BTreeMap;
+
+/// A resource vector: GPUs, CPU in thousandths of a core, memory in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Res {
+    pub gpu: u64,
+    pub millicpu: u64,
+    pub memory: u64,
+}
+
+impl Res {
+    pub const ZERO: Res = Res {
+        gpu: 0,
+        millicpu: 0,
+        memory: 0,
+    };
+
+    pub fn new(gpu: u64, millicpu: u64, memory: u64) -> Res {
+        Res {
+            gpu,
+            millicpu,
+            memory,
+        }
+    }
+
+    /// Whether `self` fits within `other`, in every dimension.
+    pub fn fits_in(self, other: Res) -> bool {
+        self.gpu <= other.gpu && self.millicpu <= other.millicpu && self.memory <= other.memory
+    }
+
+    pub fn saturating_sub(self, o: Res) -> Res {
+        Res {
+            gpu: self.gpu.saturating_sub(o.gpu),
+            millicpu: self.millicpu.saturating_sub(o.millicpu),
+            memory: self.memory.saturating_sub(o.memory),
+        }
+    }
+
+    pub fn times(self, n: u64) -> Res {
+        Res {
+            gpu: self.gpu * n,
+            millicpu: self.millicpu * n,
+            memory: self.memory * n,
+        }
+    }
+
+    /// The largest share of `total` this takes in any dimension (dominant resource share).
+    pub fn dominant_share(self, total: Res) -> f64 {
+        let share = |a: u64, t: u64| if t == 0 { 0.0 } else { a as f64 / t as f64 };
+        share(self.gpu, total.gpu)
+            .max(share(self.millicpu, total.millicpu))
+            .max(share(self.memory, total.memory))
+    }
+}
+
+/// Saturating: a quota leaves the resources it does not name at `u64::MAX` (no limit).
+impl std::ops::Add for Res {
+    type Output = Res;
+    fn add(self, o: Res) -> Res {
+        Res {
+            gpu: self.gpu.saturating_add(o.gpu),
+            millicpu: self.millicpu.saturating_add(o.millicpu),
+            memory: self.memory.saturating_add(o.memory),
+        }
+    }
+}
+
+impl std::ops::AddAssign for Res {
+    fn add_assign(&mut self, o: Res) {
+        *self = *self + o;
+    }
+}
+
+impl std::fmt::Display for Res {
+    /// `8 GPU, 4 CPU, 16Gi`: the dimensions that are not zero.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        // `u64::MAX`: a quota that does not name this resource.
+        if self.gpu > 0 && self.gpu != u64::MAX {
+            parts.push(format!("{} GPU", self.gpu));
+        }
+        if self.millicpu > 0 && self.millicpu != u64::MAX {
+            if self.millicpu.is_multiple_of(1000) {
+                parts.push(format!("{} CPU", self.millicpu / 1000));
+            } else {
+                parts.push(format!("{}m CPU", self.millicpu));
+            }
+        }
+        if self.memory > 0 && self.memory != u64::MAX {
+            parts.push(format!("{}Mi", self.memory / (1 << 20)));
+        }
+        if parts.is_empty() {
+            parts.push("nothing".into());
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// A group of identical nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    pub name: String,
+    /// Takes only steps marked `interruptible` (spot capacity).
+    pub interruptible: bool,
+    /// Flavor labels (`gpu: a100`), and the zone under `zone`.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One node: where a gang's workers go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub pool: usize,
+    pub capacity: Res,
+}
+
+/// A team's share of the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Team {
+    pub name: String,
+    /// Share of idle capacity, relative to other teams.
+    pub weight: f64,
+    /// Guaranteed. Resources a quota does not name are `u64::MAX` (not limited by it); a team
+    /// without a quota has `Res::ZERO` (it lives on borrowed capacity).
+    pub quota: Res,
+    /// How far beyond its quota it may borrow; None: no limit.
+    pub borrow_limit: Option<Res>,
+}
+
+impl Team {
+    /// The most this team may hold at once.
+    pub fn ceiling(&self) -> Option<Res> {
+        self.borrow_limit.map(|b| self.quota + b)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+    pub pools: Vec<Pool>,
+    pub nodes: Vec<Node>,
+    pub teams: Vec<Team>,
+}
+
+impl Cluster {
+    pub fn total(&self) -> Res {
+        self.nodes.iter().fold(Res::ZERO, |a, n| a + n.capacity)
+    }
+
+    pub fn zone_of(&self, node: usize) -> Option<&str> {
+        self.pools[self.nodes[node].pool]
+            .labels
+            .get("zone")
+            .map(String::as_str)
+    }
+}

@@ -1,0 +1,59 @@
+//! The scheduler: which waiting steps start, where, and what is preempted for them.
+//!
+//! Pure functions over plain data (`cluster`: nodes, pools, teams; `Job`: what a step asks
+//! for; `Running`: what holds nodes now), so that the local executor, Kubernetes and the
+//! simulator share one implementation, and property tests can check its promises on random
+//! clusters. In progress (see the scheduler issue): gang admission, binpack/spread placement,
+//! quotas with borrow limits and reclaim, weighted dominant-resource fair share, priorities
+//! and the human-readable reasons are here; within-team preemption, starvation reservations,
+//! rate limits, the Cluster file's decoding, the executor's use of it and the simulator are
+//! not yet.
+
+pub mod admission;
+pub mod cluster;
+pub mod placement;
+#[cfg(test)]
+mod tests;
+
+pub use admission::{Decision, Policy, Settings, cycle};
+pub use cluster::{Cluster, Node, Pool, Res, Team};
+pub use placement::Placement;
+
+/// What a waiting (or running) step asks of the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    pub id: u64,
+    /// Index into the cluster's teams.
+    pub team: usize,
+    pub priority: i64,
+    /// Gang size: all workers start together or none does.
+    pub workers: u32,
+    pub per_worker: Res,
+    /// May run on interruptible pools (and prefers them).
+    pub interruptible: bool,
+    /// Writes checkpoints: preempting it loses little.
+    pub checkpointed: bool,
+    /// A pool name or label value the pool must have.
+    pub flavor: Option<String>,
+    /// When it was submitted (any monotonic unit): the order within a priority.
+    pub submitted: u64,
+}
+
+impl Job {
+    /// What the whole gang holds.
+    pub fn demand(&self) -> Res {
+        self.per_worker.times(u64::from(self.workers))
+    }
+}
+
+/// A step holding nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Running {
+    pub job: Job,
+    /// The node of each worker.
+    pub nodes: Vec<usize>,
+    /// When it started (same unit as `submitted`).
+    pub started: u64,
+    /// Work that preempting it now would lose (time since its last checkpoint).
+    pub work_at_risk: u64,
+}

@@ -1,0 +1,407 @@
+//! The scheduler's promises, on scenarios and on random clusters and queues.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::admission::{free_of, usage_of};
+use super::*;
+
+const GI: u64 = 1 << 30;
+
+fn pool(name: &str, zone: &str, interruptible: bool) -> Pool {
+    Pool {
+        name: name.into(),
+        interruptible,
+        labels: BTreeMap::from([("zone".to_owned(), zone.to_owned())]),
+    }
+}
+
+fn team(name: &str, weight: f64, quota_gpu: u64, borrow: Option<u64>) -> Team {
+    Team {
+        name: name.into(),
+        weight,
+        quota: if quota_gpu > 0 {
+            Res::new(quota_gpu, u64::MAX, u64::MAX)
+        } else {
+            Res::ZERO
+        },
+        borrow_limit: borrow.map(|b| Res::new(b, u64::MAX / 4, u64::MAX / 4)),
+    }
+}
+
+/// `nodes` nodes of 4 GPU, 32 CPU, 256Gi in one on-demand pool.
+fn cluster(nodes: usize, teams: Vec<Team>) -> Cluster {
+    Cluster {
+        pools: vec![pool("a100", "a", false)],
+        nodes: (0..nodes)
+            .map(|_| Node {
+                pool: 0,
+                capacity: Res::new(4, 32_000, 256 * GI),
+            })
+            .collect(),
+        teams,
+    }
+}
+
+fn job(id: u64, team: usize, workers: u32, gpu: u64) -> Job {
+    Job {
+        id,
+        team,
+        priority: 100,
+        workers,
+        per_worker: Res::new(gpu, 1000, GI),
+        interruptible: false,
+        checkpointed: true,
+        flavor: None,
+        submitted: id,
+    }
+}
+
+fn admitted(d: &[Decision]) -> BTreeMap<u64, Vec<usize>> {
+    d.iter()
+        .filter_map(|x| match x {
+            Decision::Admit { job, nodes } => Some((*job, nodes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reason(d: &[Decision], id: u64) -> String {
+    d.iter()
+        .find_map(|x| match x {
+            Decision::Wait { job, reason } if *job == id => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_gang_starts_whole_or_not_at_all() {
+    // 2 nodes x 4 GPU; 2 GPUs already taken on node 0: a 2 x 4 GPU gang cannot start.
+    let c = cluster(2, vec![team("vision", 1.0, 0, None)]);
+    let running = vec![Running {
+        job: job(1, 0, 1, 2),
+        nodes: vec![0],
+        started: 0,
+        work_at_risk: 0,
+    }];
+    let d = cycle(&c, &running, &[job(2, 0, 2, 4)], &Settings::default());
+    assert!(admitted(&d).is_empty(), "{d:?}");
+    let why = reason(&d, 2);
+    assert!(why.contains("gang of 2 x (4 GPU"), "{why}");
+    assert!(why.contains("free room for 1 of 2"), "{why}");
+    // Once it ends, the gang takes both nodes.
+    let d = cycle(&c, &[], &[job(2, 0, 2, 4)], &Settings::default());
+    let mut nodes = admitted(&d)[&2].clone();
+    nodes.sort_unstable();
+    assert_eq!(nodes, vec![0, 1]);
+}
+
+#[test]
+fn binpack_keeps_a_whole_node_free_for_a_big_gang() {
+    let c = cluster(2, vec![team("t", 1.0, 0, None)]);
+    // Four 1-GPU steps, one after the other: all on the same node.
+    let mut running = Vec::new();
+    for id in 1..=4 {
+        let d = cycle(&c, &running, &[job(id, 0, 1, 1)], &Settings::default());
+        let nodes = admitted(&d)[&id].clone();
+        running.push(Running {
+            job: job(id, 0, 1, 1),
+            nodes,
+            started: id,
+            work_at_risk: 0,
+        });
+    }
+    let used: BTreeSet<usize> = running.iter().flat_map(|r| r.nodes.clone()).collect();
+    assert_eq!(used.len(), 1, "{running:?}");
+    // So a 4-GPU step still fits.
+    let d = cycle(&c, &running, &[job(9, 0, 1, 4)], &Settings::default());
+    assert!(admitted(&d).contains_key(&9));
+    // Spread would have used both nodes.
+    let spread = Settings {
+        placement: Placement::Spread,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running[..1], &[job(5, 0, 1, 1)], &spread);
+    assert_ne!(admitted(&d)[&5], running[0].nodes);
+}
+
+#[test]
+fn weighted_fair_share_splits_idle_capacity_by_weight() {
+    // 12 GPUs, no quotas; vision weighs 2, nlp 1; both queue many 1-GPU steps.
+    let c = cluster(
+        3,
+        vec![team("vision", 2.0, 0, None), team("nlp", 1.0, 0, None)],
+    );
+    let waiting: Vec<Job> = (0..40).map(|i| job(i, (i % 2) as usize, 1, 1)).collect();
+    let d = cycle(&c, &[], &waiting, &Settings::default());
+    let a = admitted(&d);
+    let vision = a.keys().filter(|id| **id % 2 == 0).count();
+    let nlp = a.keys().filter(|id| **id % 2 == 1).count();
+    assert_eq!((vision, nlp), (8, 4));
+}
+
+#[test]
+fn a_team_under_quota_reclaims_what_another_borrowed() {
+    // 8 GPUs. nlp (no quota) borrowed all 8; vision's quota is 4 and it now waits for 4.
+    let c = cluster(
+        2,
+        vec![team("vision", 1.0, 4, None), team("nlp", 1.0, 0, None)],
+    );
+    let mut running = Vec::new();
+    for (i, node) in [0, 0, 1, 1].into_iter().enumerate() {
+        let mut j = job(10 + i as u64, 1, 1, 2);
+        j.interruptible = i == 3;
+        running.push(Running {
+            job: j,
+            nodes: vec![node],
+            started: i as u64,
+            work_at_risk: 100 * i as u64,
+        });
+    }
+    let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &Settings::default());
+    let victims: Vec<u64> = d
+        .iter()
+        .filter_map(|x| match x {
+            Decision::Preempt { victim, job: 1 } => Some(*victim),
+            _ => None,
+        })
+        .collect();
+    // Two steps sharing one node are enough, and no more are taken.
+    assert_eq!(victims.len(), 2, "{d:?}");
+    let nodes: BTreeSet<usize> = running
+        .iter()
+        .filter(|r| victims.contains(&r.job.id))
+        .flat_map(|r| r.nodes.clone())
+        .collect();
+    assert_eq!(nodes.len(), 1, "{d:?}");
+    assert!(reason(&d, 1).contains("under its quota"), "{d:?}");
+    // Without reclaim it only waits, saying what its quota holds.
+    let no = Settings {
+        reclaim: false,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &no);
+    assert!(!d.iter().any(|x| matches!(x, Decision::Preempt { .. })));
+    assert!(
+        reason(&d, 1).contains("holds nothing of its quota 4 GPU"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn the_best_victim_is_the_interruptible_checkpointed_one() {
+    // One node of 4 GPUs, borrowed by nlp with two 2-GPU steps; vision needs 2.
+    let c = cluster(
+        1,
+        vec![team("vision", 1.0, 2, None), team("nlp", 1.0, 0, None)],
+    );
+    let mut spot = job(11, 1, 1, 2);
+    spot.interruptible = true;
+    let running = vec![
+        Running {
+            job: job(10, 1, 1, 2),
+            nodes: vec![0],
+            started: 0,
+            work_at_risk: 0,
+        },
+        Running {
+            job: spot,
+            nodes: vec![0],
+            started: 1,
+            work_at_risk: 500,
+        },
+    ];
+    let d = cycle(&c, &running, &[job(1, 0, 1, 2)], &Settings::default());
+    assert_eq!(d[0], Decision::Preempt { victim: 11, job: 1 }, "{d:?}");
+    assert_eq!(d.len(), 2, "{d:?}");
+}
+
+#[test]
+fn a_borrow_limit_caps_a_team() {
+    let c = cluster(4, vec![team("vision", 1.0, 2, Some(2))]);
+    let waiting: Vec<Job> = (0..8).map(|i| job(i, 0, 1, 1)).collect();
+    let d = cycle(&c, &[], &waiting, &Settings::default());
+    assert_eq!(admitted(&d).len(), 4);
+    assert!(reason(&d, 7).contains("at its limit"), "{d:?}");
+}
+
+#[test]
+fn interruptible_pools_take_only_interruptible_steps_and_those_prefer_them() {
+    let mut c = cluster(1, vec![team("t", 1.0, 0, None)]);
+    c.pools.push(pool("spot", "b", true));
+    c.nodes.push(Node {
+        pool: 1,
+        capacity: Res::new(4, 32_000, 256 * GI),
+    });
+    let mut spot = job(1, 0, 1, 1);
+    spot.interruptible = true;
+    let d = cycle(&c, &[], &[spot, job(2, 0, 1, 1)], &Settings::default());
+    let a = admitted(&d);
+    assert_eq!(a[&1], vec![1]);
+    assert_eq!(a[&2], vec![0]);
+    let d = cycle(&c, &[], &[job(3, 0, 2, 4)], &Settings::default());
+    assert!(
+        admitted(&d).is_empty(),
+        "an on-demand gang never lands on spot"
+    );
+}
+
+// Random clusters and queues.
+
+fn arb_cluster() -> impl Strategy<Value = Cluster> {
+    (
+        prop::collection::vec((1u64..=8, any::<bool>(), 0usize..2), 1..8),
+        prop::collection::vec((1u32..=3, 0u64..=8, prop::option::of(0u64..=8)), 1..4),
+    )
+        .prop_map(|(nodes, teams)| Cluster {
+            pools: vec![pool("on-demand", "a", false), pool("spot", "b", true)],
+            nodes: nodes
+                .iter()
+                .map(|&(gpu, spot, _)| Node {
+                    pool: usize::from(spot),
+                    capacity: Res::new(gpu, 16_000 * gpu, 64 * GI * gpu),
+                })
+                .collect(),
+            teams: teams
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, q, b))| team(&format!("t{i}"), f64::from(w), q, b))
+                .collect(),
+        })
+}
+
+fn arb_jobs(n_teams: usize, base: u64) -> impl Strategy<Value = Vec<Job>> {
+    prop::collection::vec(
+        (0..n_teams, 1u32..=4, 0u64..=4, any::<bool>(), 0i64..3),
+        0..20,
+    )
+    .prop_map(move |v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (team, workers, gpu, inter, prio))| {
+                let mut j = job(base + i as u64, team, workers, gpu);
+                j.interruptible = inter;
+                j.priority = prio * 100;
+                j
+            })
+            .collect()
+    })
+}
+
+/// A cluster, what already runs on it (placed by a first cycle), and a new queue.
+fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settings)> {
+    arb_cluster()
+        .prop_flat_map(|c| {
+            let n = c.teams.len();
+            (
+                Just(c),
+                arb_jobs(n, 0),
+                arb_jobs(n, 1000),
+                any::<(bool, bool, u8)>(),
+            )
+        })
+        .prop_map(|(c, first, queue, (backfill, reclaim, p))| {
+            let settings = Settings {
+                policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
+                placement: if p % 2 == 0 {
+                    Placement::Binpack
+                } else {
+                    Placement::Spread
+                },
+                backfill,
+                reclaim,
+            };
+            let d = cycle(&c, &[], &first, &settings);
+            let a = admitted(&d);
+            let running = first
+                .into_iter()
+                .filter_map(|j| {
+                    let nodes = a.get(&j.id)?.clone();
+                    Some(Running {
+                        started: j.id,
+                        work_at_risk: j.id % 7,
+                        job: j,
+                        nodes,
+                    })
+                })
+                .collect();
+            (c, running, queue, settings)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Capacity is never exceeded on any node; gangs are whole; every waiting step gets one
+    /// answer; pools are respected; the same input gives the same decisions.
+    #[test]
+    fn admissions_keep_every_promise((c, running, queue, settings) in arb_state()) {
+        let d = cycle(&c, &running, &queue, &settings);
+        prop_assert_eq!(&d, &cycle(&c, &running, &queue, &settings));
+        let by_id: BTreeMap<u64, &Job> = queue.iter().map(|j| (j.id, j)).collect();
+        let mut answered = BTreeMap::new();
+        let mut free = free_of(&c, &running);
+        for x in &d {
+            match x {
+                Decision::Admit { job, nodes } => {
+                    *answered.entry(*job).or_insert(0) += 1;
+                    let j = by_id[job];
+                    prop_assert_eq!(nodes.len(), j.workers as usize, "a partial gang");
+                    for &n in nodes {
+                        prop_assert!(placement::pool_admits(&c, c.nodes[n].pool, j));
+                        prop_assert!(j.per_worker.fits_in(free[n]), "node {} overcommitted", n);
+                        free[n] = free[n].saturating_sub(j.per_worker);
+                    }
+                }
+                Decision::Wait { job, reason } => {
+                    *answered.entry(*job).or_insert(0) += 1;
+                    prop_assert!(!reason.is_empty());
+                }
+                Decision::Preempt { victim, .. } => {
+                    prop_assert!(running.iter().any(|r| r.job.id == *victim));
+                }
+            }
+        }
+        for j in &queue {
+            prop_assert_eq!(answered.get(&j.id), Some(&1), "step {} answered", j.id);
+        }
+    }
+
+    /// Under `fair`, a team never goes past quota + borrow limit through admissions, and
+    /// reclaim takes only borrowed capacity: no victim's team drops below its quota, and the
+    /// reclaiming team was under its own.
+    #[test]
+    fn fair_share_respects_limits_and_reclaims_only_borrowed((c, running, queue, mut settings) in arb_state()) {
+        settings.policy = Policy::Fair;
+        let before = usage_of(&c, &running);
+        let d = cycle(&c, &running, &queue, &settings);
+        let by_id: BTreeMap<u64, &Job> = queue.iter().map(|j| (j.id, j)).collect();
+        let mut usage = before.clone();
+        for x in &d {
+            if let Decision::Admit { job, .. } = x {
+                let j = by_id[job];
+                usage[j.team] += j.demand();
+            }
+        }
+        for (t, team) in c.teams.iter().enumerate() {
+            if let Some(ceiling) = team.ceiling()
+                && before[t].fits_in(ceiling)
+            {
+                prop_assert!(usage[t].fits_in(ceiling), "team {} over its limit", t);
+            }
+        }
+        let mut after = before.clone();
+        for x in &d {
+            if let Decision::Preempt { victim, job } = x {
+                let v = &running.iter().find(|r| r.job.id == *victim).expect("victim runs").job;
+                prop_assert_ne!(v.team, by_id[job].team);
+                after[v.team] = after[v.team].saturating_sub(v.demand());
+                prop_assert!(c.teams[v.team].quota.fits_in(after[v.team]),
+                    "team {} pushed below its quota", v.team);
+                prop_assert!((before[by_id[job].team] + by_id[job].demand()).fits_in(c.teams[by_id[job].team].quota));
+            }
+        }
+    }
+}
