@@ -31,6 +31,8 @@ pub struct Settings {
     pub backfill: bool,
     /// A team under its quota preempts what other teams borrowed.
     pub reclaim: bool,
+    /// A step may preempt lower-priority steps of its own team (`withinTeam: lowerPriority`).
+    pub within_team: bool,
 }
 
 impl Default for Settings {
@@ -40,6 +42,7 @@ impl Default for Settings {
             placement: Placement::Binpack,
             backfill: true,
             reclaim: true,
+            within_team: true,
         }
     }
 }
@@ -180,6 +183,27 @@ pub fn cycle(
             });
             continue;
         }
+        if settings.within_team
+            && settings.policy != Policy::Fifo
+            && let Some(chosen) = lower_priority(cluster, running, &free, &victims, job, settings)
+        {
+            let n = chosen.len();
+            for v in chosen {
+                victims.insert(v.job.id);
+                out.push(Decision::Preempt {
+                    victim: v.job.id,
+                    job: job.id,
+                });
+            }
+            out.push(Decision::Wait {
+                job: job.id,
+                reason: format!(
+                    "{n} lower-priority step(s) of team {} are being preempted to make room",
+                    team.name
+                ),
+            });
+            continue;
+        }
         out.push(Decision::Wait {
             job: job.id,
             reason: why_not(cluster, &free, &usage, job),
@@ -226,15 +250,7 @@ fn reclaim<'a>(
         .filter(|r| r.job.team != job.team && !taken.contains(&r.job.id))
         .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
         .collect();
-    candidates.sort_by_key(|r| {
-        (
-            !(r.job.interruptible && r.job.checkpointed),
-            r.work_at_risk,
-            r.job.priority,
-            std::cmp::Reverse(r.started),
-            r.job.id,
-        )
-    });
+    candidates.sort_by_key(|r| victim_order(r));
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
@@ -255,6 +271,49 @@ fn reclaim<'a>(
         }
     }
     None
+}
+
+/// The team's own running steps of lower priority whose stopping lets `job` fit, in the
+/// victim order; None when even all of them would not do.
+fn lower_priority<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    free: &[Res],
+    taken: &BTreeSet<u64>,
+    job: &Job,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    let mut candidates: Vec<&Running> = running
+        .iter()
+        .filter(|r| {
+            r.job.team == job.team && r.job.priority < job.priority && !taken.contains(&r.job.id)
+        })
+        .collect();
+    candidates.sort_by_key(|r| victim_order(r));
+    let mut free = free.to_vec();
+    let mut chosen = Vec::new();
+    for r in candidates {
+        for &n in &r.nodes {
+            free[n] += r.job.per_worker;
+        }
+        chosen.push(r);
+        if placement::place(cluster, &free, job, settings.placement).is_some() {
+            return Some(prune(cluster, free, chosen, job, settings));
+        }
+    }
+    None
+}
+
+/// The spec's victim order: interruptible and checkpointed first, then the least work lost
+/// since the last checkpoint, then the lowest priority, then the youngest.
+fn victim_order(r: &Running) -> (bool, u64, i64, std::cmp::Reverse<u64>, u64) {
+    (
+        !(r.job.interruptible && r.job.checkpointed),
+        r.work_at_risk,
+        r.job.priority,
+        std::cmp::Reverse(r.started),
+        r.job.id,
+    )
 }
 
 /// Drops the victims the step does not need after all (the greedy pass may take steps on

@@ -5,9 +5,9 @@
 //! simulator share one implementation, and property tests can check its promises on random
 //! clusters. In progress (see the scheduler issue): gang admission, binpack/spread placement,
 //! quotas with borrow limits and reclaim, weighted dominant-resource fair share, priorities
-//! and the human-readable reasons are here; within-team preemption, starvation reservations,
-//! rate limits, the Cluster file's decoding, the executor's use of it and the simulator are
-//! not yet.
+//! with within-team preemption, and the human-readable reasons are here; starvation
+//! reservations, the grace-period rules of preemption, rate limits, the Cluster file's
+//! decoding, the executor's use of it and the simulator are not yet.
 
 pub mod admission;
 pub mod cluster;

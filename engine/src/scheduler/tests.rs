@@ -219,6 +219,50 @@ fn the_best_victim_is_the_interruptible_checkpointed_one() {
 }
 
 #[test]
+fn a_higher_priority_step_preempts_a_lower_one_of_its_team_only() {
+    let c = cluster(
+        1,
+        vec![team("vision", 1.0, 0, None), team("nlp", 1.0, 0, None)],
+    );
+    let mut low = job(10, 0, 1, 4);
+    low.priority = 0;
+    let running = vec![Running {
+        job: low,
+        nodes: vec![0],
+        started: 0,
+        work_at_risk: 0,
+    }];
+    let mut prod = job(1, 0, 1, 4);
+    prod.priority = 1000;
+    let d = cycle(
+        &c,
+        &running,
+        std::slice::from_ref(&prod),
+        &Settings::default(),
+    );
+    assert_eq!(d[0], Decision::Preempt { victim: 10, job: 1 }, "{d:?}");
+    // Another team's production step does not preempt across teams (nothing is borrowed
+    // beyond a quota here: neither team has one).
+    let mut other = prod.clone();
+    other.team = 1;
+    let d = cycle(&c, &running, &[other], &Settings::default());
+    assert!(
+        !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
+        "{d:?}"
+    );
+    // withinTeam: never.
+    let never = Settings {
+        within_team: false,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[prod], &never);
+    assert!(
+        !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
+        "{d:?}"
+    );
+}
+
+#[test]
 fn a_borrow_limit_caps_a_team() {
     let c = cluster(4, vec![team("vision", 1.0, 2, Some(2))]);
     let waiting: Vec<Job> = (0..8).map(|i| job(i, 0, 1, 1)).collect();
@@ -304,6 +348,7 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
         })
         .prop_map(|(c, first, queue, (backfill, reclaim, p))| {
             let settings = Settings {
+                within_team: p % 5 != 0,
                 policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
                 placement: if p % 2 == 0 {
                     Placement::Binpack
@@ -359,8 +404,14 @@ proptest! {
                     *answered.entry(*job).or_insert(0) += 1;
                     prop_assert!(!reason.is_empty());
                 }
-                Decision::Preempt { victim, .. } => {
-                    prop_assert!(running.iter().any(|r| r.job.id == *victim));
+                Decision::Preempt { victim, job } => {
+                    let v = running.iter().find(|r| r.job.id == *victim);
+                    prop_assert!(v.is_some(), "victim {} is not running", victim);
+                    let (v, j) = (&v.expect("checked").job, by_id[job]);
+                    // Within a team, only lower priorities are preempted.
+                    if v.team == j.team {
+                        prop_assert!(v.priority < j.priority);
+                    }
                 }
             }
         }
@@ -396,7 +447,9 @@ proptest! {
         for x in &d {
             if let Decision::Preempt { victim, job } = x {
                 let v = &running.iter().find(|r| r.job.id == *victim).expect("victim runs").job;
-                prop_assert_ne!(v.team, by_id[job].team);
+                if v.team == by_id[job].team {
+                    continue; // within the team: lower priority, checked above
+                }
                 after[v.team] = after[v.team].saturating_sub(v.demand());
                 prop_assert!(c.teams[v.team].quota.fits_in(after[v.team]),
                     "team {} pushed below its quota", v.team);
