@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod placement;
+pub mod simulate;
 #[cfg(test)]
 mod tests;
 

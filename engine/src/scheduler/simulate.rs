@@ -1,0 +1,222 @@
+//! A discrete-event replay of a workload through the scheduler's own cycle, in virtual time:
+//! jobs arrive, the cycle admits, preempts or keeps them waiting, admitted jobs run for their
+//! duration, preempted ones lose the work since their last checkpoint and queue again.
+//!
+//! In progress (the scheduler issue): the core loop, its measurements and its invariants are
+//! here; workload files, `sluice simulate`, the Kubernetes-like `fifo` with partial gangs,
+//! charts and the trace replays are not yet.
+
+use std::collections::BTreeMap;
+
+use super::admission::{self, Decision, Settings};
+use super::cluster::Cluster;
+use super::{Job, Running};
+
+/// One job of a workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimJob {
+    pub job: Job,
+    /// Seconds of work.
+    pub duration: u64,
+    /// Seconds between checkpoints; None: a preempted job loses all its work.
+    pub checkpoint_every: Option<u64>,
+}
+
+/// What happened to one job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobOutcome {
+    pub first_start: Option<u64>,
+    pub end: Option<u64>,
+    pub preemptions: u32,
+    /// Seconds of work lost to preemption (times the job's GPUs, in `gpu_seconds_lost`).
+    pub seconds_lost: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub jobs: BTreeMap<u64, JobOutcome>,
+    /// When the last job ended.
+    pub makespan: u64,
+    /// GPU-seconds used over GPU-seconds available until the makespan.
+    pub gpu_utilization: f64,
+    pub preemptions: u64,
+    pub gpu_seconds_lost: u64,
+    /// Events processed.
+    pub events: u64,
+}
+
+struct Live {
+    running: Running,
+    /// Work done before this start (restored from a checkpoint).
+    done_before: u64,
+    duration: u64,
+    checkpoint_every: Option<u64>,
+}
+
+/// Replays `jobs` and returns what happened. `check` sees the running set after every event
+/// (the tests' invariants). Deterministic.
+pub fn run(
+    cluster: &Cluster,
+    jobs: &[SimJob],
+    settings: &Settings,
+    mut check: impl FnMut(u64, &[Running]),
+) -> Report {
+    let mut arrivals: Vec<&SimJob> = jobs.iter().collect();
+    arrivals.sort_by_key(|j| (j.job.submitted, j.job.id));
+    let mut next_arrival = 0;
+    let mut waiting: BTreeMap<u64, (Job, u64, Option<u64>, u64)> = BTreeMap::new(); // id -> (job, duration, ckpt, done)
+    let mut live: BTreeMap<u64, Live> = BTreeMap::new();
+    let mut report = Report::default();
+    let total_gpu = cluster.total().gpu;
+    let mut used_gpu_seconds: u128 = 0;
+    let mut now = 0u64;
+    loop {
+        // Ends due now.
+        let ended: Vec<u64> = live
+            .iter()
+            .filter(|(_, l)| l.running.started + (l.duration - l.done_before) <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ended {
+            live.remove(&id);
+            report.jobs.entry(id).or_default().end = Some(now);
+            report.makespan = report.makespan.max(now);
+        }
+        while next_arrival < arrivals.len() && arrivals[next_arrival].job.submitted <= now {
+            let a = arrivals[next_arrival];
+            waiting.insert(a.job.id, (a.job.clone(), a.duration, a.checkpoint_every, 0));
+            report.jobs.entry(a.job.id).or_default();
+            next_arrival += 1;
+        }
+        // Cycles until nothing more changes at this instant (preemptions free room at once:
+        // the simulation has no grace period).
+        for _ in 0..16 {
+            let running: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
+            let queue: Vec<Job> = waiting.values().map(|w| w.0.clone()).collect();
+            let decisions = admission::cycle(cluster, &running, &queue, settings);
+            let mut changed = false;
+            for d in decisions {
+                match d {
+                    Decision::Admit { job, nodes } => {
+                        let Some((j, duration, ckpt, done)) = waiting.remove(&job) else {
+                            continue;
+                        };
+                        let o = report.jobs.entry(job).or_default();
+                        o.first_start.get_or_insert(now);
+                        live.insert(
+                            job,
+                            Live {
+                                running: Running {
+                                    job: j,
+                                    nodes,
+                                    started: now,
+                                    work_at_risk: 0,
+                                },
+                                done_before: done,
+                                duration,
+                                checkpoint_every: ckpt,
+                            },
+                        );
+                        changed = true;
+                    }
+                    Decision::Preempt { victim, .. } => {
+                        let Some(l) = live.remove(&victim) else {
+                            continue;
+                        };
+                        let done = l.done_before + (now - l.running.started);
+                        let kept = match l.checkpoint_every {
+                            Some(every) if every > 0 => done - done % every,
+                            _ => 0,
+                        };
+                        let lost = done - kept;
+                        let o = report.jobs.entry(victim).or_default();
+                        o.preemptions += 1;
+                        o.seconds_lost += lost;
+                        report.preemptions += 1;
+                        report.gpu_seconds_lost += lost * l.running.job.demand().gpu;
+                        waiting.insert(
+                            victim,
+                            (l.running.job, l.duration, l.checkpoint_every, kept),
+                        );
+                        changed = true;
+                    }
+                    Decision::Wait { .. } => {}
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // Work at risk, for the victim order: time since the last checkpoint.
+        for l in live.values_mut() {
+            let done = l.done_before + (now - l.running.started);
+            l.running.work_at_risk = match l.checkpoint_every {
+                Some(every) if every > 0 => done % every,
+                _ => done,
+            };
+        }
+        let running: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
+        check(now, &running);
+        report.events += 1;
+        // The next event: an arrival or an end.
+        let next_end = live
+            .values()
+            .map(|l| l.running.started + (l.duration - l.done_before))
+            .min();
+        let next_in = arrivals.get(next_arrival).map(|a| a.job.submitted);
+        let Some(next) = [next_end, next_in].into_iter().flatten().min() else {
+            break;
+        };
+        let gpus: u64 = live.values().map(|l| l.running.job.demand().gpu).sum();
+        used_gpu_seconds += u128::from(gpus) * u128::from(next - now);
+        now = next;
+    }
+    if report.makespan > 0 && total_gpu > 0 {
+        report.gpu_utilization =
+            used_gpu_seconds as f64 / (u128::from(total_gpu) * u128::from(report.makespan)) as f64;
+    }
+    report
+}
+
+/// Waits (first start minus submission) of the jobs matching `keep`, sorted.
+pub fn waits(report: &Report, jobs: &[SimJob], keep: impl Fn(&Job) -> bool) -> Vec<u64> {
+    let mut w: Vec<u64> = jobs
+        .iter()
+        .filter(|j| keep(&j.job))
+        .filter_map(|j| {
+            let o = report.jobs.get(&j.job.id)?;
+            Some(o.first_start? - j.job.submitted)
+        })
+        .collect();
+    w.sort_unstable();
+    w
+}
+
+/// The `q` quantile (0..=1) of sorted values, by nearest rank.
+pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+/// Jain's fairness index of per-team allocations divided by weight: 1 when every team got
+/// capacity in proportion to its weight, 1/n when one team got everything.
+pub fn jain(allocations: &[f64]) -> f64 {
+    let n = allocations.len() as f64;
+    let sum: f64 = allocations.iter().sum();
+    let sq: f64 = allocations.iter().map(|x| x * x).sum();
+    if sq == 0.0 { 1.0 } else { sum * sum / (n * sq) }
+}
+
+/// GPU-seconds each team ran (a job's GPUs times its duration, for jobs that ended).
+pub fn gpu_seconds_by_team(cluster: &Cluster, report: &Report, jobs: &[SimJob]) -> Vec<f64> {
+    let mut out = vec![0.0; cluster.teams.len()];
+    for j in jobs {
+        if report.jobs.get(&j.job.id).is_some_and(|o| o.end.is_some()) {
+            out[j.job.team] += (j.job.demand().gpu * j.duration) as f64;
+        }
+    }
+    out
+}
