@@ -6,6 +6,7 @@ mod logs;
 pub mod output;
 mod progress;
 mod run;
+mod simulate;
 mod status;
 mod sweep;
 
@@ -86,6 +87,12 @@ pub enum Command {
     /// Exits 0 once the request is recorded (the step's runtime stops it within a moment),
     /// 2 if the step is not running.
     Preempt(run::PreemptArgs),
+    /// Replay a workload through the scheduler in virtual time, once per policy.
+    ///
+    /// Reports per policy: GPU utilization, queue waits (p50/p95/p99, per team and per
+    /// priority), Jain's fairness index, preemptions, GPU-hours lost to preemption and cost
+    /// per team; --output json gives the contract's shape, byte-identical for the same inputs.
+    Simulate(simulate::Args),
 }
 
 /// Runs the command line and returns the exit code.
@@ -105,6 +112,7 @@ pub fn main() -> ExitCode {
     init_logs(cli.verbose, cli.log_format);
     let result = match &cli.command {
         Command::Lint(args) => lint::run(args, cli.output),
+        Command::Simulate(args) => simulate::run(args, cli.output),
         command => {
             // Absolute: attempts' folders are handed to programs that run elsewhere (a step's
             // working directory is its YAML file's folder).
@@ -138,7 +146,7 @@ pub fn main() -> ExitCode {
                             let store = crate::store::Store::open(&home).await?;
                             logs::run(&store, a).await
                         }
-                        Command::Lint(_) => Ok(Outcome::Success),
+                        Command::Lint(_) | Command::Simulate(_) => Ok(Outcome::Success),
                     }
                 }),
             }

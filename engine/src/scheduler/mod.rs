@@ -11,10 +11,12 @@
 
 pub mod admission;
 pub mod cluster;
+pub mod config;
 pub mod placement;
 pub mod simulate;
 #[cfg(test)]
 mod tests;
+pub mod workload;
 
 pub use admission::{Decision, Policy, Settings, cycle};
 pub use cluster::{Cluster, Node, Pool, Res, Team};

@@ -43,6 +43,21 @@ pub struct Report {
     pub gpu_seconds_lost: u64,
     /// Events processed.
     pub events: u64,
+    /// GPU-seconds and CPU-core-seconds held, by (team, pool): what cost is computed from.
+    pub held: BTreeMap<(usize, usize), (u64, u64)>,
+}
+
+/// Adds what a job held from its start until `now` to the report's per team and pool sums.
+fn charge(report: &mut Report, cluster: &Cluster, r: &Running, now: u64) {
+    let secs = now.saturating_sub(r.started);
+    for &n in &r.nodes {
+        let e = report
+            .held
+            .entry((r.job.team, cluster.nodes[n].pool))
+            .or_default();
+        e.0 += secs * r.job.per_worker.gpu;
+        e.1 += secs * r.job.per_worker.millicpu / 1000;
+    }
 }
 
 struct Live {
@@ -78,7 +93,9 @@ pub fn run(
             .map(|(id, _)| *id)
             .collect();
         for id in ended {
-            live.remove(&id);
+            if let Some(l) = live.remove(&id) {
+                charge(&mut report, cluster, &l.running, now);
+            }
             report.jobs.entry(id).or_default().end = Some(now);
             report.makespan = report.makespan.max(now);
         }
@@ -123,6 +140,7 @@ pub fn run(
                         let Some(l) = live.remove(&victim) else {
                             continue;
                         };
+                        charge(&mut report, cluster, &l.running, now);
                         let done = l.done_before + (now - l.running.started);
                         let kept = match l.checkpoint_every {
                             Some(every) if every > 0 => done - done % every,

@@ -5,6 +5,7 @@
 //! every problem as a [`diagnostic::Diagnostic`]. Nothing outside this module sees YAML.
 
 pub mod capacity;
+pub mod cluster;
 mod decode;
 pub mod diagnostic;
 pub mod expr;

@@ -413,3 +413,65 @@ pub struct When {
 }
 
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
+
+/// The scheduling part of a `kind: Cluster` (see `spec::cluster`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSpec {
+    pub name: String,
+    pub pools: Vec<ClusterPool>,
+    pub teams: Vec<ClusterTeam>,
+    pub priorities: Vec<PriorityClass>,
+    pub scheduling: SchedulingSpec,
+}
+
+/// Resources as written: each may be absent.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Quantities {
+    pub gpu: Option<u64>,
+    pub millicpu: Option<u64>,
+    pub memory: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterPool {
+    pub name: String,
+    pub nodes: u32,
+    /// Per node.
+    pub resources: Quantities,
+    pub labels: BTreeMap<String, String>,
+    pub interruptible: bool,
+    pub gpu_hour: f64,
+    pub cpu_hour: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterTeam {
+    pub name: String,
+    pub weight: f64,
+    pub quota: Option<Quantities>,
+    pub borrow_limit: Option<Quantities>,
+    pub max_trials_per_minute: Option<u64>,
+    pub max_queued: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriorityClass {
+    pub name: String,
+    pub value: i64,
+    pub default: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulingSpec {
+    /// `fifo`, `priority` or `fair`.
+    pub policy: String,
+    pub backfill: bool,
+    /// `binpack` or `spread`.
+    pub placement: String,
+    pub starvation_limit: Option<Duration>,
+    /// `preemption.withinTeam: lowerPriority`.
+    pub within_team: bool,
+    /// `preemption.reclaimBorrowed`.
+    pub reclaim: bool,
+    pub grace_period: Duration,
+}

@@ -1,0 +1,363 @@
+//! The scheduling part of a `kind: Cluster` document: pools (nodes, resources, labels,
+//! interruptible, price), teams (weight, quota, borrow limit, rate and queue limits), priority
+//! classes, preemption and scheduling settings. Each problem is reported where it is written;
+//! fields of other parts (executor, kubernetes, state, objects, runtime) are accepted here.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::Loaded;
+use super::decode::Cx;
+use super::diagnostic::Diagnostics;
+use super::model::{
+    ClusterPool, ClusterSpec, ClusterTeam, PriorityClass, Quantities, SchedulingSpec,
+};
+use super::yaml::Node;
+
+const SPEC_FIELDS: &[&str] = &[
+    "executor",
+    "kubernetes",
+    "state",
+    "objects",
+    "pools",
+    "teams",
+    "priorities",
+    "preemption",
+    "runtime",
+    "scheduling",
+];
+
+/// Reads the first Cluster document of a loaded file; None when it has none or it is wrong
+/// (every problem reported).
+pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<ClusterSpec> {
+    let Some(doc) = super::capacity::cluster_document(loaded) else {
+        diags
+            .error(
+                super::Pos::START,
+                "no 'kind: Cluster' document in this file",
+            )
+            .help("--cluster takes a file holding kind: Cluster");
+        return None;
+    };
+    let Some(spec) = doc.spec.as_ref() else {
+        diags
+            .error(doc.pos, "the Cluster has no spec")
+            .help("add spec: with pools, teams and priorities");
+        return None;
+    };
+    let mut cx = Cx {
+        src: &loaded.source,
+        d: diags,
+    };
+    let before = cx.d.error_count();
+    let out = decode(&mut cx, &doc.metadata.name, spec);
+    (cx.d.error_count() == before).then_some(out).flatten()
+}
+
+fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<ClusterSpec> {
+    cx.fields(spec, "spec", SPEC_FIELDS)?;
+    let pools = match spec.get("pools") {
+        Some(p) => match p.as_seq() {
+            Some(items) if !items.is_empty() => items.iter().filter_map(|i| pool(cx, i)).collect(),
+            _ => {
+                cx.expected(p, "pools", "a list of pools ({name, nodes, resources})");
+                Vec::new()
+            }
+        },
+        None => {
+            cx.d.error(spec.pos, "the Cluster has no pools").help(
+                "add pools: [{name: a100, nodes: 4, resources: {gpu: 8, cpu: 96, memory: 1000Gi}}]",
+            );
+            Vec::new()
+        }
+    };
+    let teams = spec
+        .get("teams")
+        .and_then(|t| {
+            t.as_seq().or_else(|| {
+                cx.expected(t, "teams", "a list of teams ({name, weight, quota})");
+                None
+            })
+        })
+        .map(|items| items.iter().filter_map(|i| team(cx, i)).collect())
+        .unwrap_or_default();
+    let mut priorities = vec![
+        PriorityClass {
+            name: "production".into(),
+            value: 1000,
+            default: false,
+        },
+        PriorityClass {
+            name: "default".into(),
+            value: 100,
+            default: true,
+        },
+        PriorityClass {
+            name: "best-effort".into(),
+            value: 0,
+            default: false,
+        },
+    ];
+    if let Some(p) = spec.get("priorities") {
+        match p.as_seq() {
+            Some(items) => {
+                priorities = items.iter().filter_map(|i| priority(cx, i)).collect();
+                if priorities.iter().filter(|p| p.default).count() > 1 {
+                    cx.d.error(p.pos, "more than one priority class is the default");
+                }
+            }
+            None => cx.expected(p, "priorities", "a list of {name, value}"),
+        }
+    }
+    let mut scheduling = SchedulingSpec::default();
+    if let Some(s) = spec.get("scheduling") {
+        cx.fields(
+            s,
+            "scheduling",
+            &["policy", "backfill", "placement", "starvationLimit"],
+        );
+        if let Some(p) = s.get("policy") {
+            scheduling.policy = one_of(cx, p, "scheduling.policy", &["fifo", "priority", "fair"])
+                .unwrap_or(scheduling.policy);
+        }
+        if let Some(b) = s.get("backfill") {
+            scheduling.backfill = cx.bool(b, "scheduling.backfill").unwrap_or(true);
+        }
+        if let Some(p) = s.get("placement") {
+            scheduling.placement = one_of(cx, p, "scheduling.placement", &["binpack", "spread"])
+                .unwrap_or(scheduling.placement);
+        }
+        if let Some(d) = s.get("starvationLimit") {
+            scheduling.starvation_limit = cx.duration(d, "scheduling.starvationLimit");
+        }
+    }
+    if let Some(p) = spec.get("preemption") {
+        cx.fields(
+            p,
+            "preemption",
+            &["withinTeam", "reclaimBorrowed", "gracePeriod"],
+        );
+        if let Some(w) = p.get("withinTeam") {
+            scheduling.within_team =
+                one_of(cx, w, "preemption.withinTeam", &["never", "lowerPriority"])
+                    .is_none_or(|v| v == "lowerPriority");
+        }
+        if let Some(r) = p.get("reclaimBorrowed") {
+            scheduling.reclaim = cx.bool(r, "preemption.reclaimBorrowed").unwrap_or(true);
+        }
+        if let Some(g) = p.get("gracePeriod") {
+            scheduling.grace_period = cx
+                .duration(g, "preemption.gracePeriod")
+                .unwrap_or(scheduling.grace_period);
+        }
+    }
+    Some(ClusterSpec {
+        name: name.to_owned(),
+        pools,
+        teams,
+        priorities,
+        scheduling,
+    })
+}
+
+fn one_of(cx: &mut Cx<'_>, node: &Node, field: &str, allowed: &[&str]) -> Option<String> {
+    let v = cx.string(node, field)?;
+    if allowed.contains(&v.as_str()) {
+        return Some(v);
+    }
+    cx.d.error(
+        node.pos,
+        format!("{field}: '{v}' is not one of {}", allowed.join(", ")),
+    )
+    .suggest(&v, allowed.iter().copied());
+    None
+}
+
+/// `{gpu: 8, cpu: 96, memory: 1000Gi}`.
+fn quantities(cx: &mut Cx<'_>, node: &Node, field: &str) -> Option<Quantities> {
+    cx.fields(node, field, &["gpu", "cpu", "memory"])?;
+    let mut q = Quantities::default();
+    if let Some(g) = node.get("gpu") {
+        q.gpu = Some(u64::from(cx.u32(g, &format!("{field}.gpu"), 0)?));
+    }
+    for (key, slot) in [("cpu", &mut q.millicpu), ("memory", &mut q.memory)] {
+        if let Some(v) = node.get(key) {
+            let text = cx.text(v, &format!("{field}.{key}"))?;
+            match super::units::parse_quantity(&text) {
+                Ok(x) if x >= 0.0 => {
+                    *slot = Some(if key == "cpu" {
+                        (x * 1000.0).round() as u64
+                    } else {
+                        x as u64
+                    });
+                }
+                _ => {
+                    cx.d.error(v.pos, format!("{field}.{key}: '{text}' is not a quantity"))
+                        .help(if key == "cpu" {
+                            "cores, as a number or in thousandths: 96, 500m"
+                        } else {
+                            "bytes with a unit: 512Mi, 1000Gi"
+                        });
+                    return None;
+                }
+            }
+        }
+    }
+    Some(q)
+}
+
+fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
+    cx.fields(
+        node,
+        "pools",
+        &[
+            "name",
+            "nodes",
+            "resources",
+            "labels",
+            "interruptible",
+            "price",
+            "taints",
+        ],
+    )?;
+    let Some(name) = node.get("name").and_then(|n| cx.string(n, "pools.name")) else {
+        cx.d.error(node.pos, "a pool needs a name");
+        return None;
+    };
+    let nodes = match node.get("nodes") {
+        Some(n) => cx.u32(n, "pools.nodes", 1)?,
+        None => 1,
+    };
+    let resources = match node.get("resources") {
+        Some(r) => quantities(cx, r, "pools.resources")?,
+        None => {
+            cx.d.error(node.pos, format!("pool '{name}' needs resources"))
+                .help("add resources: {gpu: 8, cpu: 96, memory: 1000Gi}");
+            return None;
+        }
+    };
+    let mut labels = BTreeMap::new();
+    if let Some(l) = node.get("labels") {
+        match l.as_map() {
+            Some(entries) => {
+                for e in entries {
+                    if let Some(v) = e.value.as_scalar() {
+                        labels.insert(e.key.clone(), v.text.clone());
+                    }
+                }
+            }
+            None => cx.expected(l, "pools.labels", "a mapping (gpu: a100, zone: zone-a)"),
+        }
+    }
+    let interruptible = node
+        .get("interruptible")
+        .and_then(|i| cx.bool(i, "pools.interruptible"))
+        .unwrap_or(false);
+    let mut gpu_hour = 0.0;
+    let mut cpu_hour = 0.0;
+    if let Some(p) = node.get("price") {
+        cx.fields(p, "pools.price", &["gpuHour", "cpuHour"]);
+        if let Some(g) = p.get("gpuHour") {
+            gpu_hour = cx.number(g, "pools.price.gpuHour").unwrap_or(0.0);
+        }
+        if let Some(c) = p.get("cpuHour") {
+            cpu_hour = cx.number(c, "pools.price.cpuHour").unwrap_or(0.0);
+        }
+    }
+    Some(ClusterPool {
+        name,
+        nodes,
+        resources,
+        labels,
+        interruptible,
+        gpu_hour,
+        cpu_hour,
+    })
+}
+
+fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
+    cx.fields(
+        node,
+        "teams",
+        &[
+            "name",
+            "weight",
+            "quota",
+            "borrowLimit",
+            "maxTrialsPerMinute",
+            "maxQueued",
+        ],
+    )?;
+    let Some(name) = node.get("name").and_then(|n| cx.string(n, "teams.name")) else {
+        cx.d.error(node.pos, "a team needs a name");
+        return None;
+    };
+    let weight = match node.get("weight") {
+        Some(w) => match cx.number(w, "teams.weight") {
+            Some(v) if v > 0.0 => v,
+            Some(_) => {
+                cx.d.error(w.pos, "teams.weight must be above 0");
+                return None;
+            }
+            None => return None,
+        },
+        None => 1.0,
+    };
+    let quota = match node.get("quota") {
+        Some(q) => Some(quantities(cx, q, "teams.quota")?),
+        None => None,
+    };
+    let borrow_limit = match node.get("borrowLimit") {
+        Some(b) => Some(quantities(cx, b, "teams.borrowLimit")?),
+        None => None,
+    };
+    let max_trials_per_minute = node
+        .get("maxTrialsPerMinute")
+        .and_then(|m| cx.uint(m, "teams.maxTrialsPerMinute", 1));
+    let max_queued = node
+        .get("maxQueued")
+        .and_then(|m| cx.uint(m, "teams.maxQueued", 1));
+    Some(ClusterTeam {
+        name,
+        weight,
+        quota,
+        borrow_limit,
+        max_trials_per_minute,
+        max_queued,
+    })
+}
+
+fn priority(cx: &mut Cx<'_>, node: &Node) -> Option<PriorityClass> {
+    cx.fields(node, "priorities", &["name", "value", "default"])?;
+    let name = cx.string(node.get("name")?, "priorities.name")?;
+    let value = match node.get("value") {
+        Some(v) => cx.number(v, "priorities.value")? as i64,
+        None => {
+            cx.d.error(node.pos, format!("priority class '{name}' needs a value"));
+            return None;
+        }
+    };
+    let default = node
+        .get("default")
+        .and_then(|d| cx.bool(d, "priorities.default"))
+        .unwrap_or(false);
+    Some(PriorityClass {
+        name,
+        value,
+        default,
+    })
+}
+
+impl Default for SchedulingSpec {
+    fn default() -> Self {
+        SchedulingSpec {
+            policy: "fair".into(),
+            backfill: true,
+            placement: "binpack".into(),
+            starvation_limit: None,
+            within_team: true,
+            reclaim: true,
+            grace_period: Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! `sluice simulate` end to end: the example cluster and workload, the contract's JSON shape,
+//! byte-identical output, and bad inputs named by file, line and column.
+
+use sluice_e2e::{TempDir, root, run_in};
+
+fn example(args: &[&str]) -> sluice_e2e::Ran {
+    let mut all = vec![
+        "simulate",
+        "--cluster",
+        "examples/simulate/lab.yaml",
+        "--workload",
+        "examples/simulate/jobs.csv",
+    ];
+    all.extend(args);
+    run_in(&root(), &all)
+}
+
+#[test]
+fn the_example_replays_under_each_policy_with_the_contract_shape() {
+    let out = example(&["--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    for policy in ["fifo", "priority", "fair"] {
+        let p = &v["policies"][policy];
+        let util = p["gpu_utilization"].as_f64().expect("gpu_utilization");
+        assert!(util > 0.0 && util <= 1.0, "{p}");
+        for key in ["p50", "p95", "p99"] {
+            assert!(p["wait_seconds"][key].is_u64(), "{p}");
+        }
+        assert!(
+            p["jain_fairness"]
+                .as_f64()
+                .is_some_and(|j| j > 0.0 && j <= 1.0)
+        );
+        assert_eq!(p["completed"], 10, "{p}");
+        assert_eq!(p["partial_gang_gpu_hours"], 0);
+        // Costs follow the pools' prices: nlp's spot jobs cost 1.10 per GPU-hour.
+        assert!(
+            p["teams"]["nlp"]["cost"].as_f64().is_some_and(|c| c > 0.0),
+            "{p}"
+        );
+        assert!(p["priorities"]["production"]["wait_seconds"]["p50"].is_u64());
+    }
+    // Byte-identical for the same inputs.
+    let again = example(&["--output", "json"]);
+    assert_eq!(out.stdout, again.stdout);
+    // The text form has a row per policy asked for.
+    let text = example(&["--policy", "fair", "--policy", "fifo"]);
+    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    let rows: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("fair") || l.starts_with("fifo"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", text.stdout);
+}
+
+#[test]
+fn bad_clusters_workloads_and_policies_are_usage_errors_saying_where() {
+    let tmp = TempDir::new("simulate-bad");
+    let cluster = tmp.write(
+        "c.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: a, nodes: 2, resources: {gpu: 8, cpus: 4}}\n  scheduling: {policy: fiar}\n",
+    );
+    let jobs = tmp.write(
+        "j.csv",
+        "submit,team,workers,gpu,duration\n0,vision,1,1,60\n5,vision,x,1,60\n",
+    );
+    let c = cluster.display().to_string();
+    let j = jobs.display().to_string();
+    let out = run_in(tmp.path(), &["simulate", "--cluster", &c, "--workload", &j]);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr
+            .contains("c.yaml:6:47: error: unknown field 'cpus' in pools.resources"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("did you mean 'cpu'"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "c.yaml:7:24: error: scheduling.policy: 'fiar' is not one of fifo, priority, fair"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("did you mean 'fair'"), "{}", out.stderr);
+    let good = tmp.write(
+        "ok.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: a, nodes: 2, resources: {gpu: 8}}\n",
+    );
+    let g = good.display().to_string();
+    let out = run_in(tmp.path(), &["simulate", "--cluster", &g, "--workload", &j]);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr
+            .contains("j.csv:3:10: workers 'x' is not a non-negative number"),
+        "{}",
+        out.stderr
+    );
+    let out = run_in(
+        tmp.path(),
+        &[
+            "simulate",
+            "--cluster",
+            &g,
+            "--workload",
+            &j,
+            "--policy",
+            "lifo",
+        ],
+    );
+    assert_eq!(out.code, Some(2));
+}
