@@ -33,6 +33,11 @@ pub struct Settings {
     pub reclaim: bool,
     /// A step may preempt lower-priority steps of its own team (`withinTeam: lowerPriority`).
     pub within_team: bool,
+    /// A step waiting longer than this (in the unit of `Job::submitted`) reserves capacity:
+    /// until it starts, nothing else does. None: no reservations.
+    pub starvation_limit: Option<u64>,
+    /// The cycle's time, in the unit of `Job::submitted`.
+    pub now: u64,
 }
 
 impl Default for Settings {
@@ -43,6 +48,8 @@ impl Default for Settings {
             backfill: true,
             reclaim: true,
             within_team: true,
+            starvation_limit: None,
+            now: 0,
         }
     }
 }
@@ -87,6 +94,20 @@ pub fn cycle(
 ) -> Vec<Decision> {
     let mut free = free_of(cluster, running);
     let mut usage = usage_of(cluster, running);
+    if let Some(limit) = settings.starvation_limit
+        && let Some(starving) = waiting
+            .iter()
+            .filter(|j| j.submitted.saturating_add(limit) <= settings.now)
+            .filter(|j| {
+                cluster.teams[j.team]
+                    .ceiling()
+                    .is_none_or(|c| (usage[j.team] + j.demand()).fits_in(c))
+            })
+            .min_by_key(|j| (j.submitted, j.id))
+        && placement::place(cluster, &free, starving, settings.placement).is_none()
+    {
+        return reserve(cluster, &free, &usage, waiting, starving);
+    }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.
     let key = |j: &Job| match settings.policy {
@@ -226,6 +247,34 @@ pub fn cycle(
         }
     }
     out
+}
+
+/// The oldest step has starved and does not fit: it keeps the capacity that frees up, and
+/// nothing else starts until it has.
+fn reserve(
+    cluster: &Cluster,
+    free: &[Res],
+    usage: &[Res],
+    waiting: &[Job],
+    starving: &Job,
+) -> Vec<Decision> {
+    waiting
+        .iter()
+        .map(|j| Decision::Wait {
+            job: j.id,
+            reason: if j.id == starving.id {
+                format!(
+                    "past the starvation limit: capacity is reserved for it as it frees up; {}",
+                    why_not(cluster, free, usage, j)
+                )
+            } else {
+                format!(
+                    "capacity is reserved for step {}, which has waited past the starvation limit",
+                    starving.id
+                )
+            },
+        })
+        .collect()
 }
 
 /// Running steps of teams above their quota whose stopping lets `job` fit, best victims

@@ -77,6 +77,9 @@ impl Config {
                 backfill: s.backfill,
                 reclaim: s.reclaim,
                 within_team: s.within_team,
+                // Seconds: the simulator's unit (the executor will set its own).
+                starvation_limit: s.starvation_limit.map(|d| d.as_secs()),
+                now: 0,
             },
             priorities,
             default_priority,

@@ -110,7 +110,11 @@ pub fn run(
         for _ in 0..16 {
             let running: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
             let queue: Vec<Job> = waiting.values().map(|w| w.0.clone()).collect();
-            let decisions = admission::cycle(cluster, &running, &queue, settings);
+            let settings = Settings {
+                now,
+                ..settings.clone()
+            };
+            let decisions = admission::cycle(cluster, &running, &queue, &settings);
             let mut changed = false;
             for d in decisions {
                 match d {

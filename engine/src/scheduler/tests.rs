@@ -263,6 +263,40 @@ fn a_higher_priority_step_preempts_a_lower_one_of_its_team_only() {
 }
 
 #[test]
+fn a_starving_gang_reserves_capacity_and_nothing_backfills_it() {
+    let c = cluster(2, vec![team("t", 1.0, 0, None)]);
+    let running = vec![Running {
+        job: job(10, 0, 1, 2),
+        nodes: vec![0],
+        started: 0,
+        work_at_risk: 0,
+    }];
+    let gang = job(1, 0, 2, 4); // submitted at 1
+    let small = {
+        let mut j = job(2, 0, 1, 1);
+        j.submitted = 50;
+        j
+    };
+    let settings = Settings {
+        starvation_limit: Some(100),
+        now: 60,
+        ..Settings::default()
+    };
+    // Not starving yet: the small one backfills.
+    let d = cycle(&c, &running, &[gang.clone(), small.clone()], &settings);
+    assert!(admitted(&d).contains_key(&2), "{d:?}");
+    // Past the limit: nothing starts, and both say why.
+    let late = Settings {
+        now: 200,
+        ..settings
+    };
+    let d = cycle(&c, &running, &[gang, small], &late);
+    assert!(admitted(&d).is_empty(), "{d:?}");
+    assert!(reason(&d, 1).contains("starvation limit"), "{d:?}");
+    assert!(reason(&d, 2).contains("reserved for step 1"), "{d:?}");
+}
+
+#[test]
 fn a_borrow_limit_caps_a_team() {
     let c = cluster(4, vec![team("vision", 1.0, 2, Some(2))]);
     let waiting: Vec<Job> = (0..8).map(|i| job(i, 0, 1, 1)).collect();
@@ -348,6 +382,8 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
         })
         .prop_map(|(c, first, queue, (backfill, reclaim, p))| {
             let settings = Settings {
+                starvation_limit: (p % 4 == 0).then_some(500),
+                now: 1200,
                 within_team: p % 5 != 0,
                 policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
                 placement: if p % 2 == 0 {
@@ -417,6 +453,12 @@ proptest! {
         }
         for j in &queue {
             prop_assert_eq!(answered.get(&j.id), Some(&1), "step {} answered", j.id);
+        }
+        // A reservation for a starving step means nothing else starts.
+        let reserved = d.iter().any(|x| matches!(x, Decision::Wait { reason, .. } if reason.contains("past the starvation limit")));
+        if reserved {
+            let any_admit = d.iter().any(|x| matches!(x, Decision::Admit { .. }));
+            prop_assert!(!any_admit, "a step started past a reservation");
         }
     }
 
@@ -503,12 +545,12 @@ proptest! {
     /// the empty cluster ends. The same workload gives the same report.
     #[test]
     fn a_simulated_workload_keeps_the_promises_at_every_event(
-        (c, jobs, backfill) in arb_cluster().prop_flat_map(|c| {
+        (c, jobs, backfill, starve) in arb_cluster().prop_flat_map(|c| {
             let n = c.teams.len();
-            (Just(c), arb_workload(n), any::<bool>())
+            (Just(c), arb_workload(n), any::<bool>(), prop::option::of(0u64..400))
         })
     ) {
-        let settings = Settings { backfill, ..Settings::default() };
+        let settings = Settings { backfill, starvation_limit: starve, ..Settings::default() };
         // A step no pool could ever hold, or larger than its team may ever hold, is refused at
         // submission (as `lint --cluster` does for pools).
         let empty: Vec<Res> = c.nodes.iter().map(|n| n.capacity).collect();
