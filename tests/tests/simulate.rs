@@ -32,8 +32,21 @@ fn the_example_replays_under_each_policy_with_the_contract_shape() {
                 .as_f64()
                 .is_some_and(|j| j > 0.0 && j <= 1.0)
         );
-        assert_eq!(p["completed"], 10, "{p}");
-        assert_eq!(p["partial_gang_gpu_hours"], 0);
+        assert!(p["completed"].as_u64().is_some_and(|c| c <= 10), "{p}");
+        if policy != "fifo" {
+            assert_eq!(p["completed"], 10, "{p}");
+        }
+        // Only the pod-by-pod fifo (Kubernetes' default scheduler) places gangs partly.
+        if policy == "fifo" {
+            assert!(
+                p["partial_gang_gpu_hours"]
+                    .as_f64()
+                    .is_some_and(|h| h >= 0.0)
+            );
+        } else {
+            assert_eq!(p["partial_gang_gpu_hours"], 0.0, "{p}");
+        }
+        assert!(p["deadlocks"].is_u64());
         // Costs follow the pools' prices: nlp's spot jobs cost 1.10 per GPU-hour.
         assert!(
             p["teams"]["nlp"]["cost"].as_f64().is_some_and(|c| c > 0.0),

@@ -136,10 +136,8 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         .count();
     json!({
         "gpu_utilization": round(report.gpu_utilization, 4),
-        // Gangs are admitted whole in every policy of this version: no partial gangs hold
-        // GPUs, so no deadlock of that kind (Kubernetes-like pod-by-pod fifo comes later).
-        "partial_gang_gpu_hours": 0,
-        "deadlocks": 0,
+        "partial_gang_gpu_hours": round(report.partial_gang_gpu_seconds as f64 / 3600.0, 2),
+        "deadlocks": report.deadlocks,
         "jain_fairness": round(simulate::jain(&shares), 4),
         "wait_seconds": waits(&all),
         "jobs": jobs.len(),

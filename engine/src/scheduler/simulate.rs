@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use super::admission::{self, Decision, Settings};
 use super::cluster::Cluster;
+use super::placement;
 use super::{Job, Running};
 
 /// One job of a workload.
@@ -45,6 +46,11 @@ pub struct Report {
     pub events: u64,
     /// GPU-seconds and CPU-core-seconds held, by (team, pool): what cost is computed from.
     pub held: BTreeMap<(usize, usize), (u64, u64)>,
+    /// `fifo` (pods one by one): GPU-seconds held by gangs only partly placed.
+    pub partial_gang_gpu_seconds: u64,
+    /// Times the replay stopped with work waiting that could never progress (partial gangs
+    /// holding what the others need).
+    pub deadlocks: u32,
 }
 
 /// Adds what a job held from its start until `now` to the report's per team and pool sums.
@@ -79,8 +85,11 @@ pub fn run(
     let mut arrivals: Vec<&SimJob> = jobs.iter().collect();
     arrivals.sort_by_key(|j| (j.job.submitted, j.job.id));
     let mut next_arrival = 0;
-    let mut waiting: BTreeMap<u64, (Job, u64, Option<u64>, u64)> = BTreeMap::new(); // id -> (job, duration, ckpt, done)
+    // id -> (job, duration, checkpoint interval, work done before)
+    let mut waiting: Waiting = BTreeMap::new();
     let mut live: BTreeMap<u64, Live> = BTreeMap::new();
+    // `fifo`: the pods of waiting gangs placed so far.
+    let mut partial: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     let mut report = Report::default();
     let total_gpu = cluster.total().gpu;
     let mut used_gpu_seconds: u128 = 0;
@@ -105,9 +114,34 @@ pub fn run(
             report.jobs.entry(a.job.id).or_default();
             next_arrival += 1;
         }
+        if settings.policy == admission::Policy::Fifo {
+            // Kubernetes' default scheduler: pods one by one in arrival order, each on the
+            // least allocated node that fits; a gang runs once all its pods are placed, and
+            // the pods placed so far hold their resources meanwhile.
+            place_pods(
+                cluster,
+                &mut waiting,
+                &mut partial,
+                &mut live,
+                &mut report,
+                now,
+            );
+            if live.is_empty() && next_arrival == arrivals.len() && !waiting.is_empty() {
+                // Nothing runs, nothing arrives, nothing can start: stuck for good.
+                report.deadlocks += u32::from(partial.values().any(|p| !p.is_empty()));
+                report.makespan = report.makespan.max(now);
+                let running = with_partial(&live, &waiting, &partial);
+                check(now, &running);
+                report.events += 1;
+                break;
+            }
+        }
         // Cycles until nothing more changes at this instant (preemptions free room at once:
         // the simulation has no grace period).
         for _ in 0..16 {
+            if settings.policy == admission::Policy::Fifo {
+                break;
+            }
             let running: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
             let queue: Vec<Job> = waiting.values().map(|w| w.0.clone()).collect();
             let settings = Settings {
@@ -177,7 +211,7 @@ pub fn run(
                 _ => done,
             };
         }
-        let running: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
+        let running = with_partial(&live, &waiting, &partial);
         check(now, &running);
         report.events += 1;
         // The next event: an arrival or an end.
@@ -191,6 +225,11 @@ pub fn run(
         };
         let gpus: u64 = live.values().map(|l| l.running.job.demand().gpu).sum();
         used_gpu_seconds += u128::from(gpus) * u128::from(next - now);
+        let held: u64 = partial
+            .iter()
+            .filter_map(|(id, nodes)| Some(waiting.get(id)?.0.per_worker.gpu * nodes.len() as u64))
+            .sum();
+        report.partial_gang_gpu_seconds += held * (next - now);
         now = next;
     }
     if report.makespan > 0 && total_gpu > 0 {
@@ -198,6 +237,101 @@ pub fn run(
             used_gpu_seconds as f64 / (u128::from(total_gpu) * u128::from(report.makespan)) as f64;
     }
     report
+}
+
+type Waiting = BTreeMap<u64, (Job, u64, Option<u64>, u64)>;
+
+/// What holds nodes: running jobs, and (under `fifo`) the pods of gangs placed so far.
+fn with_partial(
+    live: &BTreeMap<u64, Live>,
+    waiting: &Waiting,
+    partial: &BTreeMap<u64, Vec<usize>>,
+) -> Vec<Running> {
+    let mut out: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
+    for (id, nodes) in partial {
+        if let Some((job, ..)) = waiting.get(id)
+            && !nodes.is_empty()
+        {
+            out.push(Running {
+                job: job.clone(),
+                nodes: nodes.clone(),
+                started: 0,
+                work_at_risk: 0,
+            });
+        }
+    }
+    out
+}
+
+/// `fifo`: each waiting job's unplaced pods, in arrival order, onto the least allocated node
+/// that fits; jobs with every pod placed start.
+fn place_pods(
+    cluster: &Cluster,
+    waiting: &mut Waiting,
+    partial: &mut BTreeMap<u64, Vec<usize>>,
+    live: &mut BTreeMap<u64, Live>,
+    report: &mut Report,
+    now: u64,
+) {
+    let held = with_partial(live, waiting, partial);
+    let mut free = admission::free_of(cluster, &held);
+    let mut order: Vec<(u64, u64)> = waiting.values().map(|w| (w.0.submitted, w.0.id)).collect();
+    order.sort_unstable();
+    // Pods queue by creation: the first pod of every job, then the second... so the pods of
+    // gangs submitted together interleave, as they do in Kubernetes' queue.
+    let most = waiting.values().map(|w| w.0.workers).max().unwrap_or(0) as usize;
+    for k in 0..most {
+        for &(_, id) in &order {
+            let Some((job, ..)) = waiting.get(&id) else {
+                continue;
+            };
+            let placed = partial.entry(id).or_default();
+            if placed.len() != k || k >= job.workers as usize {
+                continue;
+            }
+            let pod = Job {
+                workers: 1,
+                ..job.clone()
+            };
+            if let Some(n) = placement::place(cluster, &free, &pod, placement::Placement::Spread) {
+                free[n[0]] = free[n[0]].saturating_sub(job.per_worker);
+                placed.push(n[0]);
+            }
+        }
+    }
+    for (_, id) in order {
+        let complete = match (waiting.get(&id), partial.get(&id)) {
+            (Some((job, ..)), Some(p)) => p.len() == job.workers as usize,
+            _ => false,
+        };
+        if !complete {
+            continue;
+        }
+        let nodes = partial.remove(&id).unwrap_or_default();
+        let Some((job, duration, ckpt, done)) = waiting.remove(&id) else {
+            continue;
+        };
+        report
+            .jobs
+            .entry(id)
+            .or_default()
+            .first_start
+            .get_or_insert(now);
+        live.insert(
+            id,
+            Live {
+                running: Running {
+                    job,
+                    nodes,
+                    started: now,
+                    work_at_risk: 0,
+                },
+                done_before: done,
+                duration,
+                checkpoint_every: ckpt,
+            },
+        );
+    }
 }
 
 /// Waits (first start minus submission) of the jobs matching `keep`, sorted.

@@ -622,3 +622,32 @@ fn fair_share_backfills_where_a_strict_queue_idles() {
     assert!((simulate::jain(&[1.0, 1.0]) - 1.0).abs() < 1e-12);
     assert!((simulate::jain(&[1.0, 0.0]) - 0.5).abs() < 1e-12);
 }
+
+#[test]
+fn pod_by_pod_fifo_deadlocks_where_gang_admission_does_not() {
+    // 2 nodes x 4 GPU; two 2 x 4-GPU gangs submitted together. Pod by pod, each gang gets
+    // one node and waits forever for the other; admitted whole, they run one after the other.
+    let c = cluster(2, vec![team("t", 1.0, 0, None)]);
+    let jobs: Vec<simulate::SimJob> = (1..=2)
+        .map(|id| {
+            let mut j = job(id, 0, 2, 4);
+            j.submitted = 0;
+            simulate::SimJob {
+                job: j,
+                duration: 100,
+                checkpoint_every: None,
+            }
+        })
+        .collect();
+    let fifo = Settings {
+        policy: Policy::Fifo,
+        ..Settings::default()
+    };
+    let stuck = simulate::run(&c, &jobs, &fifo, |_, _| {});
+    assert_eq!(stuck.deadlocks, 1, "{stuck:?}");
+    assert!(stuck.jobs.values().all(|o| o.end.is_none()));
+    let fair = simulate::run(&c, &jobs, &Settings::default(), |_, _| {});
+    assert_eq!(fair.deadlocks, 0);
+    assert_eq!(fair.makespan, 200);
+    assert!((fair.gpu_utilization - 1.0).abs() < 1e-9, "{fair:?}");
+}
