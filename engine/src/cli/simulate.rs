@@ -154,7 +154,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
 fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9}",
+        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>9}",
         "POLICY",
         "GPU UTIL",
         "JAIN",
@@ -163,6 +163,8 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         "WAIT P99",
         "PREEMPTIONS",
         "GPU-H LOST",
+        "PARTIAL GPU-H",
+        "DEADLOCKS",
         "COMPLETED"
     )?;
     let s = |v: &Value| match v {
@@ -173,7 +175,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         let p = &doc["policies"][name];
         writeln!(
             out,
-            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>4}/{:<4}",
+            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>4}/{:<4}",
             name,
             p["gpu_utilization"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["jain_fairness"]),
@@ -182,6 +184,8 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
             s(&p["wait_seconds"]["p99"]),
             s(&p["preemptions"]),
             s(&p["gpu_hours_lost"]),
+            s(&p["partial_gang_gpu_hours"]),
+            s(&p["deadlocks"]),
             s(&p["completed"]),
             s(&p["jobs"]),
         )?;
