@@ -136,6 +136,38 @@ fn yaml_blocks(md: &str) -> Vec<String> {
     blocks
 }
 
+/// The Katib random-search Experiment of the examples reads as a sweep without a word: no
+/// error, no warning (nothing in it is dropped or changed).
+#[test]
+fn the_katib_example_lints_clean() {
+    let out = run_in(&root(), &["lint", "examples/sweeps/katib-random.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stderr, "sluice lint: 1 file, 1 document: no errors\n",
+        "{}",
+        out.stderr
+    );
+    // As JSON: the document is a sweep, with nothing to say about it.
+    let out = run_in(
+        &root(),
+        &[
+            "lint",
+            "--output",
+            "json",
+            "examples/sweeps/katib-random.yaml",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    assert_eq!(v["files"][0]["documents"][0]["kind"], "Sweep", "{v}");
+    assert_eq!(v["files"][0]["documents"][0]["name"], "random", "{v}");
+    assert_eq!(
+        (v["errors"].as_u64(), v["warnings"].as_u64()),
+        (Some(0), Some(0)),
+        "{v}"
+    );
+}
+
 #[test]
 fn the_spec_example_in_the_repository_lints_clean_and_plans() {
     let dir = root().join("tests/data/good");

@@ -30,6 +30,8 @@ pub const API_VERSION: &str = "sluice.dev/v1";
 pub const KATIB_API_VERSION: &str = "kubeflow.org/v1beta1";
 const KINDS: &[&str] = &["Pipeline", "Sweep", "Cluster", "Schedule", "Workload"];
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
+/// A Katib file may hold what `kubectl get -o yaml` writes: its `status` is not read.
+const KATIB_TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
 
 /// What a file held: its documents (decoded as far as they could be) and its problems.
 #[derive(Debug)]
@@ -138,9 +140,7 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         }
         return None;
     }
-    if !katib {
-        cx.fields(node, "", TOP_FIELDS);
-    }
+    cx.fields(node, "", if katib { KATIB_TOP_FIELDS } else { TOP_FIELDS });
     let metadata = match node.get("metadata") {
         None => {
             cx.d.error(node.pos, "missing 'metadata'")
@@ -202,7 +202,19 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
 
 fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
     let allowed: &[&str] = if katib {
-        &["name", "namespace", "labels", "annotations"]
+        // With the fields the API server adds, which `kubectl get -o yaml` writes.
+        &[
+            "name",
+            "namespace",
+            "labels",
+            "annotations",
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "managedFields",
+            "finalizers",
+        ]
     } else {
         &["name", "team", "labels"]
     };
