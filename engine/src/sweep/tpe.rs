@@ -90,16 +90,23 @@ pub fn propose(
                 .collect()
         })
         .collect();
-    let mut by_loss: Vec<usize> = (0..usable.len()).collect();
-    by_loss.sort_by(|a, b| usable[*a].loss.total_cmp(&usable[*b].loss));
     let n_below = ((settings.gamma * usable.len() as f64).ceil() as usize)
         .clamp(1, 25)
         .min(usable.len() - 1);
-    // "Below" in rank order, weighted by rank; "above" in the trials' order, so that Optuna's
-    // weights apply to age (older trials weigh less), not to rank.
-    let below: Vec<usize> = by_loss[..n_below].to_vec();
-    let mut above: Vec<usize> = by_loss[n_below..].to_vec();
-    above.sort_unstable();
+    // "Below": the best `n_below` in rank order (a tie goes to the earlier trial), weighted
+    // by rank; only they need sorting, not all 10,000 trials of a long sweep. "Above": the
+    // rest in the trials' order, so that Optuna's weights apply to age (older trials weigh
+    // less), not to rank.
+    let by_loss = |a: &usize, b: &usize| usable[*a].loss.total_cmp(&usable[*b].loss).then(a.cmp(b));
+    let mut order: Vec<usize> = (0..usable.len()).collect();
+    order.select_nth_unstable_by(n_below, by_loss);
+    let mut below: Vec<usize> = order[..n_below].to_vec();
+    below.sort_unstable_by(by_loss);
+    let mut is_below = vec![false; usable.len()];
+    for i in &below {
+        is_below[*i] = true;
+    }
+    let above: Vec<usize> = (0..usable.len()).filter(|i| !is_below[*i]).collect();
     let pick = |idx: &[usize]| {
         idx.iter()
             .map(|i| coords[*i].as_slice())
@@ -173,17 +180,22 @@ fn age_weights(n: usize) -> Vec<f64> {
 }
 
 /// Weights of the "below" group in rank order (best first): `exp(-RANK_DECAY * r / n)`, so
-/// the best weighs 1, the group's median about 0.14 and its worst about 0.02, whatever the
-/// group's size. They are scaled to sum to `n`, so the prior's share stays `1 / (n + 1)`.
+/// that, next to the best, the group's median weighs about 0.14 and its worst about 0.02,
+/// whatever the group's size. They are scaled to sum to `n`, so the prior's share stays
+/// `1 / (n + 1)` as with equal weights.
 ///
-/// Why: with `gamma` 0.25 the "good" density spreads over the best quarter of the trials, a
-/// wide net that makes TPE explore too much in 6 dimensions (Hartmann-6 median -2.83 against
-/// Optuna's -2.92 to -2.99). Weighting by rank keeps that quarter, and so the kernels'
-/// spread and what `g` excludes, but draws candidates mostly near the best few trials. Over
-/// 400 seeds this took Hartmann-6 from -2.89 to -3.04 with Branin and the log-lr function as
-/// good or better, and it helped on seven other functions (Rosenbrock, Ackley, Levy, ...) at
-/// 50 and 200 trials; a smaller `gamma` (0.15) gained only half as much on Hartmann-6 and
-/// lost on Branin. Decays of 3 to 8 all did about as well; 4 is the middle of that plateau.
+/// Why: with `gamma` 0.25 and every good trial weighing the same, the "good" density is
+/// spread over the best quarter of the trials, and TPE explores too much in 6 dimensions
+/// (Hartmann-6 median -2.73 to -2.95 at 50 trials, Optuna's -2.92 to -2.99). Weighting by rank
+/// keeps that quarter, so the kernels' widths and what `g` leaves out, but draws candidates
+/// mostly near the best few trials. Chosen on seeds 1000..1399, where Hartmann-6's median went
+/// from -2.91 to -3.04 with Branin and the log-lr function as good or better (0.44, -0.2999;
+/// `gamma` 0.15 without rank weights reached -2.95 and lost on Branin, 0.49). Checked on
+/// seeds not used to choose it (the tests' four sets, 2000..2199): Hartmann-6 -3.01 to -3.10,
+/// better than Optuna on every set; and on seven other functions (Rosenbrock-4, Ackley-5,
+/// Levy-4, ...), better on six and even on one at 50 trials, better or even at 200. Decays
+/// from 2 to 12 were tried: greedier was a little better on Hartmann-6 each time; 4 keeps
+/// some weight on the whole group. See docs/benchmarks.md.
 fn rank_weights(n: usize) -> Vec<f64> {
     let w: Vec<f64> = (0..n)
         .map(|r| (-RANK_DECAY * r as f64 / n as f64).exp())
@@ -239,7 +251,14 @@ impl Mixture {
                         let log_norms = mus
                             .iter()
                             .zip(&sigmas)
-                            .map(|(mu, sigma)| truncated_normal_log_norm(*mu, *sigma, lo, hi))
+                            .scan((f64::NAN, 0.0), |last, (mu, sigma)| {
+                                // With many trials most kernels share a sigma (the clip's
+                                // minimum): take its logarithm once, not once per kernel.
+                                if *sigma != last.0 {
+                                    *last = (*sigma, log_normal_norm(*sigma));
+                                }
+                                Some(last.1 + log_mass_inside(*mu, *sigma, lo, hi))
+                            })
                             .collect();
                         Kernel::Numeric {
                             lo,
@@ -299,42 +318,43 @@ impl Mixture {
             .collect()
     }
 
-    /// The mixture's log density at each of `xs`. Dimension by dimension over every
-    /// component at once (contiguous arrays, no allocation per component): with 10,000
-    /// observations this is most of a proposal's time.
+    /// The mixture's log density at each of `xs`. One candidate at a time, dimension by
+    /// dimension over every component at once (contiguous arrays, no allocation per
+    /// component), in one row reused for every candidate: with 10,000 observations this is
+    /// most of a proposal's time, and a matrix of every candidate's row (2 MB) cost more in
+    /// page faults than its arithmetic.
     fn log_pdf(&self, xs: &[Vec<f64>]) -> Vec<f64> {
-        let m = self.weights.len();
-        let mut acc = vec![0.0; xs.len() * m];
-        for row in acc.chunks_mut(m) {
-            row.copy_from_slice(&self.log_weights);
-        }
-        for (d, kernel) in self.kernels.iter().enumerate() {
-            for (row, x) in acc.chunks_mut(m).zip(xs) {
-                let xd = x.get(d).copied().unwrap_or(0.0);
-                match kernel {
-                    Kernel::Numeric {
-                        mus,
-                        sigmas,
-                        log_norms,
-                        ..
-                    } => {
-                        for (((a, mu), sigma), norm) in
-                            row.iter_mut().zip(mus).zip(sigmas).zip(log_norms)
-                        {
-                            let z = (xd - mu) / sigma;
-                            *a += -0.5 * z * z - norm;
+        let mut row = vec![0.0; self.weights.len()];
+        xs.iter()
+            .map(|x| {
+                row.copy_from_slice(&self.log_weights);
+                for (d, kernel) in self.kernels.iter().enumerate() {
+                    let xd = x.get(d).copied().unwrap_or(0.0);
+                    match kernel {
+                        Kernel::Numeric {
+                            mus,
+                            sigmas,
+                            log_norms,
+                            ..
+                        } => {
+                            for (((a, mu), sigma), norm) in
+                                row.iter_mut().zip(mus).zip(sigmas).zip(log_norms)
+                            {
+                                let z = (xd - mu) / sigma;
+                                *a += -0.5 * z * z - norm;
+                            }
                         }
-                    }
-                    Kernel::Choice { log_probs, .. } => {
-                        let j = xd as usize;
-                        for (a, lp) in row.iter_mut().zip(log_probs) {
-                            *a += lp.get(j).copied().unwrap_or(-700.0);
+                        Kernel::Choice { log_probs, .. } => {
+                            let j = xd as usize;
+                            for (a, lp) in row.iter_mut().zip(log_probs) {
+                                *a += lp.get(j).copied().unwrap_or(-700.0);
+                            }
                         }
                     }
                 }
-            }
-        }
-        acc.chunks(m).map(log_sum_exp).collect()
+                log_sum_exp(&row)
+            })
+            .collect()
     }
 }
 
@@ -397,14 +417,23 @@ fn phi(z: f64) -> f64 {
     0.5 * libm::erfc(-z / std::f64::consts::SQRT_2)
 }
 
-/// What a truncated normal's log density subtracts from `-z^2/2`.
-fn truncated_normal_log_norm(mu: f64, sigma: f64, lo: f64, hi: f64) -> f64 {
+/// A normal's log normalising constant, `ln(sigma * sqrt(2 pi))`. A truncated normal's log
+/// density is `-z^2/2` minus this and minus [`log_mass_inside`].
+fn log_normal_norm(sigma: f64) -> f64 {
+    (sigma * (2.0 * std::f64::consts::PI).sqrt()).ln()
+}
+
+/// The log of the mass of N(mu, sigma) inside `[lo, hi]`.
+fn log_mass_inside(mu: f64, sigma: f64, lo: f64, hi: f64) -> f64 {
     let (a, b) = ((lo - mu) / sigma, (hi - mu) / sigma);
     // Beyond 8 sigmas the normal's tail is below 1e-15: no need for erfc.
     let upper = if b > 8.0 { 1.0 } else { phi(b) };
     let lower = if a < -8.0 { 0.0 } else { phi(a) };
-    let mass = (upper - lower).max(1e-300);
-    (sigma * (2.0 * std::f64::consts::PI).sqrt()).ln() + mass.ln()
+    // Most kernels lie wholly inside the bounds: ln(1) is 0, no need for ln.
+    if upper == 1.0 && lower == 0.0 {
+        return 0.0;
+    }
+    (upper - lower).max(1e-300).ln()
 }
 
 /// A draw from N(mu, sigma) truncated to [lo, hi], by inverting the normal's distribution
@@ -582,13 +611,24 @@ mod tests {
             - if adamw { 0.3 } else { 0.0 }
     }
 
-    /// The targets hold on other seed sets too, not only on the one the default test uses
-    /// (slow: run by `bench/tpe_vs_optuna.sh`, or with `--ignored`). Prints the medians.
+    /// Optuna 5.1's multivariate TPE on the same functions, budgets and seeds: the median best
+    /// of seeds `first..first + 20` for Branin, Hartmann-6 and the log-lr function, as
+    /// `bench/tpe_vs_optuna.py 20 FIRST` printed them (Optuna is deterministic given a seed).
+    const OPTUNA_MEDIANS: [(u64, [f64; 3]); 4] = [
+        (0, [0.5074, -2.9921, -0.2989]),
+        (100, [0.6303, -2.9205, -0.2987]),
+        (200, [0.6018, -2.9305, -0.2997]),
+        (300, [0.5429, -2.9396, -0.2996]),
+    ];
+
+    /// The targets hold on other seed sets too, not only on the one the default test uses,
+    /// and on each set the median is at least as good as Optuna's (slow: run with
+    /// `--ignored`). Prints the medians.
     #[test]
     #[ignore]
     fn tpe_reaches_the_targets_on_four_seed_sets() {
-        for first in [0u64, 100, 200, 300] {
-            for (name, space, f, target) in [
+        for (first, optuna) in OPTUNA_MEDIANS {
+            for (i, (name, space, f, target)) in [
                 ("branin", branin_space(), branin as fn(&Point) -> f64, 0.665),
                 (
                     "hartmann6",
@@ -597,13 +637,22 @@ mod tests {
                     -2.81,
                 ),
                 ("lr", lr_space(), lr_fn as fn(&Point) -> f64, -0.284),
-            ] {
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                // The target, or Optuna's median where that is better.
+                let target = f64::min(target, optuna[i]);
                 let mut bests: Vec<f64> = (first..first + 20)
                     .map(|seed| best_of(&space, &Settings::default(), seed, 50, false, f))
                     .collect();
                 bests.sort_by(f64::total_cmp);
                 let median = (bests[9] + bests[10]) / 2.0;
-                eprintln!("seeds {first}..{}: {name} {median:.4}", first + 19);
+                eprintln!(
+                    "seeds {first}..{}: {name} {median:.4} (Optuna {})",
+                    first + 19,
+                    optuna[i]
+                );
                 assert!(
                     median <= target,
                     "{name}, seeds from {first}: {median} > {target}"
@@ -654,6 +703,18 @@ mod tests {
         let a = best_of(&space, &Settings::default(), 3, 30, false, lr_fn);
         let b = best_of(&space, &Settings::default(), 3, 30, false, lr_fn);
         assert_eq!(a.to_bits(), b.to_bits());
+    }
+
+    #[test]
+    fn rank_weights_fall_with_rank_and_keep_the_prior_share() {
+        for n in [1, 2, 5, 13, 25] {
+            let w = rank_weights(n);
+            assert_eq!(w.len(), n);
+            assert!((w.iter().sum::<f64>() - n as f64).abs() < 1e-9, "{n}");
+            assert!(w.windows(2).all(|p| p[0] > p[1]), "{n}: {w:?}");
+        }
+        let w = rank_weights(25);
+        assert!((w[24] / w[0] - (-4.0 * 24.0 / 25.0f64).exp()).abs() < 1e-12);
     }
 
     #[test]
