@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Writes jobs.csv, the workload of docs/scheduler-scenario.md, for cluster.yaml (32 A100s:
+2 on-demand + 2 spot nodes of 8). Python standard library only; a fixed seed, so running it
+again writes the same file:
+
+    python3 generate.py > jobs.csv            # the documented workload (seed 20231203)
+    python3 generate.py --seed 7 > other.csv  # the same mix, other random draws
+
+The first five hours of a working day in a three-team lab (times in seconds from 09:00):
+- nlp: production fine-tunes as 2x4-GPU gangs, and pre-training experiments as 2x8-GPU
+  gangs (both on-demand nodes whole) at the default priority.
+- vision: production training runs as 2x4-GPU gangs, and 1x4-GPU dev runs (default).
+- research: hyperparameter sweeps (bursts of 1-GPU trials, interruptible, checkpointed every
+  5 min) and best-effort interruptible jobs (1-2 GPUs, 1-2 hours, checkpointed every 10 min).
+Every training job checkpoints (production every 10 min, default every 15 min). Only sweeps
+and best-effort jobs are interruptible, so only they may use the spot nodes; the rest needs
+the 16 on-demand GPUs. Arrivals are Poisson; durations uniform in the ranges below. Each
+stream is drawn with its own seeded generator, so changing one rate leaves the others alone.
+"""
+import argparse
+import random
+import sys
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--seed", type=int, default=20231203)
+SEED = ap.parse_args().seed
+HOURS = 5  # arrivals span this many hours
+rows = []
+
+
+def job(submit, team, workers, gpu, duration, priority, interruptible, ckpt):
+    # An A100 node here has 96 CPUs and 1,000Gi for 8 GPUs: each GPU comes with 12 and 120Gi.
+    rows.append((int(submit), team, workers, gpu, 12 * gpu, f"{120 * gpu}Gi", int(duration),
+                 priority, "true" if interruptible else "false", ckpt))
+
+
+def stream(name, per_hour, start=0.0, end=HOURS):
+    """A seeded generator and the Poisson arrival times (s) of one stream of jobs."""
+    rng = random.Random(f"{SEED}-{name}")
+    times, t = [], start * 3600
+    while True:
+        t += rng.expovariate(per_hour / 3600)
+        if t >= end * 3600:
+            return rng, times
+        times.append(t)
+
+
+def minutes(rng, lo, hi):
+    return 60 * rng.uniform(lo, hi)
+
+
+# nlp production fine-tunes: a 2x4 gang about every 2 hours, 45-75 min long.
+rng, ts = stream("nlp-production", 0.5)
+for t in ts:
+    job(t, "nlp", 2, 4, minutes(rng, 45, 75), "production", False, 600)
+# nlp pre-training experiments: a 2x8 gang (both on-demand nodes whole) about every 5 hours,
+# 60-90 min, at the default priority.
+rng, ts = stream("nlp-default", 0.2)
+for t in ts:
+    job(t, "nlp", 2, 8, minutes(rng, 60, 90), "default", False, 900)
+# vision production: a 2x4 gang about every 2 hours, 45-75 min.
+rng, ts = stream("vision-production", 0.5)
+for t in ts:
+    job(t, "vision", 2, 4, minutes(rng, 45, 75), "production", False, 600)
+# vision dev runs: a 4-GPU job about every 75 minutes, 20-60 min.
+rng, ts = stream("vision-default", 0.8)
+for t in ts:
+    job(t, "vision", 1, 4, minutes(rng, 20, 60), "default", False, 900)
+# research sweeps: one about every 45 minutes; 12-32 trials of 1 GPU, 10-40 min each,
+# submitted together as a sweep does (its parallelism is left to the scheduler).
+rng, ts = stream("research-sweeps", 1.3)
+for t in ts:
+    for _ in range(rng.randint(12, 32)):
+        job(t, "research", 1, 1, minutes(rng, 10, 40), "default", True, 300)
+# research best-effort: about 3 an hour until 1.5 hours before the end, 1-2 GPUs, 1-2 hours.
+rng, ts = stream("research-best-effort", 3.0, end=HOURS - 1.5)
+for t in ts:
+    job(t, "research", 1, rng.choice((1, 2)), minutes(rng, 60, 120), "best-effort", True, 600)
+
+rows.sort(key=lambda r: (r[0], r[1]))
+spot = sum(r[2] * r[3] * r[6] for r in rows if r[8] == "true") / 3600
+rest = sum(r[2] * r[3] * r[6] for r in rows if r[8] == "false") / 3600
+print(f"seed {SEED}: {len(rows)} jobs; GPU-hours asked: {rest:.1f} non-interruptible (16 on-demand"
+      f" GPUs), {spot:.1f} interruptible (any GPU); {HOURS} h of arrivals x 32 GPUs = {32 * HOURS}",
+      file=sys.stderr)
+print("submit,team,workers,gpu,cpu,memory,duration,priority,interruptible,checkpoint_every,flavor")
+for r in rows:
+    print(",".join(str(x) for x in r) + ",")
