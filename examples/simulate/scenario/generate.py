@@ -66,14 +66,14 @@ for t in ts:
 rng, ts = stream("vision-default", 0.8)
 for t in ts:
     job(t, "vision", 1, 4, minutes(rng, 20, 60), "default", False, 900)
-# research sweeps: one about every 45 minutes; 12-32 trials of 1 GPU, 10-40 min each,
+# research sweeps: one about every 30 minutes; 12-32 trials of 1 GPU, 10-40 min each,
 # submitted together as a sweep does (its parallelism is left to the scheduler).
-rng, ts = stream("research-sweeps", 1.3)
+rng, ts = stream("research-sweeps", 2.0)
 for t in ts:
     for _ in range(rng.randint(12, 32)):
         job(t, "research", 1, 1, minutes(rng, 10, 40), "default", True, 300)
-# research best-effort: about 3 an hour until 1.5 hours before the end, 1-2 GPUs, 1-2 hours.
-rng, ts = stream("research-best-effort", 3.0, end=HOURS - 1.5)
+# research best-effort: about 4 an hour until 1.5 hours before the end, 1-2 GPUs, 1-2 hours.
+rng, ts = stream("research-best-effort", 4.0, end=HOURS - 1.5)
 for t in ts:
     job(t, "research", 1, rng.choice((1, 2)), minutes(rng, 60, 120), "best-effort", True, 600)
 
