@@ -28,7 +28,9 @@ pub struct RunArgs {
     /// Start the run in the background and print its id.
     #[arg(long)]
     pub detach: bool,
-    /// A Cluster file (its scheduling arrives with the scheduler; accepted and checked now).
+    /// A Cluster file: steps are admitted onto its nodes by the scheduler (gangs whole,
+    /// quotas, fair share, priorities, preemption), with CUDA_VISIBLE_DEVICES from the GPUs
+    /// each worker is given on its node. The run keeps it: resume uses the same.
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<PathBuf>,
     /// Where outputs, logs and checkpoints go, as an object store URL (file:///PATH or
@@ -158,6 +160,35 @@ pub async fn start(
             Err(errors) => return Ok(usage_with(errors)),
         },
     };
+    // A Cluster file: the scheduler admits the run's steps onto its nodes. Checked whole now,
+    // with lint's checks of the pipeline against its pools and priority classes.
+    let cluster = match &args.cluster {
+        None => None,
+        Some(file) => {
+            let cshown = file.display().to_string();
+            let ctext = std::fs::read_to_string(file)
+                .map_err(|e| Error::Usage(format!("cannot read {cshown}: {e}")))?;
+            let spec = match run::cluster::read(&cshown, &ctext) {
+                Ok(spec) => spec,
+                Err(diags) => return Ok(usage_with(diags)),
+            };
+            let cloaded = spec::load(&cshown, ctext.clone());
+            let mut cd = spec::Diagnostics::new(cshown.clone());
+            if let Some(cap) = spec::capacity::read(&cloaded, &mut cd) {
+                let mut pd = spec::Diagnostics::new(shown.clone());
+                spec::capacity::check(pipeline, &cap, &loaded.source, &mut pd);
+                if pd.has_errors() {
+                    return Ok(usage_with(
+                        pd.into_sorted()
+                            .into_iter()
+                            .filter(|d| d.severity == spec::Severity::Error)
+                            .collect(),
+                    ));
+                }
+            }
+            Some((cshown, ctext, spec, cloaded))
+        }
+    };
     let store = Store::open(home).await?;
     let from_cluster = match (&args.objects, &args.cluster) {
         (None, Some(file)) => cluster_objects(file)?,
@@ -206,7 +237,14 @@ pub async fn start(
         }
     }
     let document = (loaded.documents.len() > 1).then(|| pipeline.metadata.name.clone());
-    let id = run::submit(
+    let team = &pipeline.metadata.team;
+    let max_queued = cluster.as_ref().and_then(|(_, _, spec, _)| {
+        spec.teams
+            .iter()
+            .find(|t| &t.name == team)
+            .and_then(|t| t.max_queued)
+    });
+    let submitted = run::submit(
         &store,
         pipeline,
         &graph,
@@ -216,9 +254,23 @@ pub async fn start(
             workdir: &workdir.display().to_string(),
             objects: &objects,
             document,
+            cluster: cluster
+                .as_ref()
+                .map(|(file, text, _, _)| run::cluster::stored(file, text)),
+            max_queued,
         },
     )
-    .await?;
+    .await;
+    let id = match (submitted, &cluster) {
+        (Ok(id), _) => id,
+        (Err(e @ crate::store::Error::QueueFull { .. }), Some((cshown, _, _, loaded))) => {
+            let pos = max_queued_pos(loaded, team);
+            let d = Diagnostic::error(cshown, pos, format!("run refused: {e}"))
+                .with_help("wait for queued steps to start or end, cancel runs with `sluice cancel RUN`, or raise the team's maxQueued");
+            return Ok(usage_with(vec![d]));
+        }
+        (Err(e), _) => return Err(e.into()),
+    };
     if args.detach {
         start_detached(home, &id)?;
         match format {
@@ -232,6 +284,22 @@ pub async fn start(
         eprintln!("run {id} started ({} {})", pipeline.metadata.name, shown);
     }
     drive(&store, &id, format, false).await
+}
+
+/// Where `maxQueued` of team `team` is written in a Cluster file.
+fn max_queued_pos(loaded: &spec::Loaded, team: &str) -> Option<spec::Pos> {
+    let spec = spec::capacity::cluster_document(loaded)?.spec.as_ref()?;
+    let teams = spec.get("teams")?.as_seq()?;
+    let entry = teams.iter().find(|t| {
+        t.get("name")
+            .and_then(|n| n.as_scalar())
+            .is_some_and(|n| n.text == team)
+    })?;
+    let map = entry.as_map()?;
+    map.iter()
+        .find(|e| e.key == "maxQueued")
+        .map(|e| e.key_pos)
+        .or(Some(entry.pos))
 }
 
 /// The `spec.objects` URL of the Cluster document in `file`, if it sets one.

@@ -50,6 +50,10 @@ pub struct SweepArgs {
     /// Where outputs, logs and checkpoints go (see `sluice run --help`).
     #[arg(long, env = "SLUICE_OBJECTS", value_name = "URL")]
     pub objects: Option<String>,
+    /// A Cluster file: trials are admitted onto its nodes by the scheduler, and their starts
+    /// obey the team's maxTrialsPerMinute (see `sluice run --help`).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
     /// The trial's command (one-line form): an argument vector, no shell; {{params.NAME}}
     /// are replaced word by word.
     #[arg(last = true, value_name = "COMMAND")]
@@ -62,7 +66,7 @@ pub async fn sweep(home: &Path, args: &SweepArgs, format: Format) -> Result<Outc
         params: Vec::new(),
         name: None,
         detach: args.detach,
-        cluster: None,
+        cluster: args.cluster.clone(),
         objects: args.objects.clone(),
     };
     match (&args.file, args.command.is_empty()) {

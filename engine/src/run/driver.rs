@@ -177,6 +177,12 @@ pub struct Driver {
     to_terminate: Vec<String>,
     /// Logs being copied to the object store.
     uploads: tokio::task::JoinSet<()>,
+    /// Cluster mode (`--cluster`): the scheduler admits steps onto the file's nodes.
+    scheduling: Option<super::cluster::Scheduling>,
+    /// Whether the run has a Cluster (`scheduling` is taken out while a cycle runs).
+    cluster_mode: bool,
+    /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
+    rate_wake: Option<i64>,
 }
 
 /// The lease holder's name for this process: `PID@HOST`.
@@ -310,6 +316,12 @@ impl Driver {
         let mut pipeline = pipeline_of(&run)?;
         let sweeps = sweeping::expand(&mut pipeline)?;
         let params = params_of(&run, &pipeline);
+        let scheduling = match &run.cluster {
+            Some(c) => Some(super::cluster::Scheduling::new(
+                super::cluster::of_run(c).map_err(Error::Invalid)?,
+            )),
+            None => None,
+        };
         let rows = store.steps(run_id).await?;
         let attempts = store.attempts(run_id).await?;
         let home = store.home.clone();
@@ -370,7 +382,14 @@ impl Driver {
             sweeps,
             to_terminate: Vec::new(),
             uploads: tokio::task::JoinSet::new(),
+            cluster_mode: scheduling.is_some(),
+            scheduling,
+            rate_wake: None,
         };
+        if let Some(s) = &d.scheduling {
+            d.grace_ms =
+                u64::try_from(s.spec.scheduling.grace_period.as_millis()).unwrap_or(30_000);
+        }
         d.cancelling = d.store.cancel_requested(run_id).await?;
         for row in rows {
             d.add_row(row);
@@ -564,6 +583,12 @@ impl Driver {
             }
             if !self.queued.is_empty() && self.ready_queued() {
                 wait = wait.min(CAPACITY_POLL);
+            }
+            if let Some(at) = self.rate_wake.take() {
+                // A trial held back by its team's rate limit starts on time, not a poll late.
+                wait = wait.min(Duration::from_millis(
+                    at.saturating_sub(now_ms()).max(0) as u64
+                ));
             }
             if let Some(d) = self.deadline {
                 wait = wait.min(Duration::from_millis(
@@ -988,6 +1013,12 @@ impl Driver {
 
     /// Starts queued steps while parallelism and the machine's pool allow.
     async fn start_queued(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        if let Some(scheduling) = self.scheduling.take() {
+            let mut scheduling = scheduling;
+            let done = self.start_scheduled(&mut scheduling, watcher).await;
+            self.scheduling = Some(scheduling);
+            return done;
+        }
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
         let now = now_ms();
         // In batches: collecting the whole queue each time would make long queues quadratic.
@@ -1025,8 +1056,204 @@ impl Driver {
         }
     }
 
+    /// Cluster mode: one scheduling cycle over every run's waiting and running steps; starts
+    /// this run's admitted steps on their nodes, asks the victims chosen for them to stop,
+    /// and gives the others their reasons. Queued rows past a cancellation or failFast end
+    /// as in machine mode.
+    async fn start_scheduled(
+        &mut self,
+        scheduling: &mut super::cluster::Scheduling,
+        watcher: &mut dyn Watcher,
+    ) -> Result<(), Error> {
+        let now = now_ms();
+        let ready: Vec<usize> = self
+            .queued
+            .iter()
+            .copied()
+            .filter(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
+            .collect();
+        let mut mine = Vec::with_capacity(ready.len());
+        let mut asks = HashMap::with_capacity(ready.len());
+        for idx in ready {
+            let on_exit = self.is_on_exit(&self.rows[idx]);
+            if (self.cancelling || self.failed_fast) && !on_exit {
+                let why = if self.cancelling {
+                    "the run was cancelled"
+                } else {
+                    "not started: a step failed (failFast)"
+                };
+                self.set_state(idx, st::CANCELLED, Some(why.into()));
+                self.commit_row(idx, watcher).await?;
+                continue;
+            }
+            let ask = scheduling.ask(&self.run.team, self.step_of(&self.rows[idx]));
+            let json = serde_json::to_string(&ask).unwrap_or_default();
+            mine.push((self.rows[idx].name.clone(), json));
+            asks.insert(self.rows[idx].name.clone(), (ask, mine.len() - 1));
+        }
+        if mine.is_empty() {
+            return Ok(());
+        }
+        let Pending {
+            steps,
+            attempts,
+            events,
+        } = std::mem::take(&mut self.pending);
+        let before = Change {
+            steps: steps.iter().collect(),
+            attempts: attempts.iter().collect(),
+            events,
+            ..Change::default()
+        };
+        let (held, waiting) = self.store.claims(&self.run.id, before, &mine, now).await?;
+        let verdict = scheduling.cycle(&self.run.id, &held, &waiting, now);
+        for (dir, run, step, for_step) in &verdict.preempt {
+            let file = Path::new(dir).join(contract::TERMINATE_FILE);
+            if file.exists() {
+                continue;
+            }
+            // As `sluice preempt` asks: the runtime stops it, syncs its checkpoint, and its
+            // engine queues it again to resume from there.
+            if std::fs::write(&file, b"preempt\n").is_ok() {
+                let whose = if *run == self.run.id {
+                    String::new()
+                } else {
+                    format!(" of run {run}")
+                };
+                watcher.note(&format!(
+                    "preempting {step}{whose} to make room for {for_step}"
+                ));
+                self.pending.events.push(Event {
+                    step: Some(for_step.clone()),
+                    kind: "preempting".into(),
+                    detail: Some(format!("{run}/{step}")),
+                });
+            }
+        }
+        for (name, reason) in verdict.wait {
+            self.show_wait(&name, reason, watcher);
+        }
+        let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
+        for (name, nodes) in verdict.admit {
+            if self.live.len() >= limit {
+                let reason = format!("waiting: the pipeline's parallelism ({limit}) is reached");
+                self.show_wait(&name, reason, watcher);
+                continue;
+            }
+            let (Some(&idx), Some((ask, _))) = (self.by_name.get(&name), asks.get(&name)) else {
+                continue;
+            };
+            if self.trial_steps.contains_key(&self.rows[idx].step)
+                && let Err(wait) = scheduling.take_trial_start(&ask.team)
+            {
+                let wake = now_ms() + i64::try_from(wait.as_millis()).unwrap_or(1000);
+                self.rate_wake = Some(self.rate_wake.map_or(wake, |w| w.min(wake)));
+                let reason = format!(
+                    "waiting: team {} at its trial rate limit ({} per minute)",
+                    ask.team,
+                    scheduling.trial_rate(&ask.team).unwrap_or(0)
+                );
+                self.show_wait(&name, reason, watcher);
+                continue;
+            }
+            let Some(ready) = self.prepare_start(idx, watcher).await? else {
+                continue;
+            };
+            let mut ready = *ready;
+            ready.attempt.job = Some(serde_json::to_string(ask).unwrap_or_default());
+            ready.attempt.nodes = Some(serde_json::to_string(&nodes).unwrap_or_default());
+            let Pending {
+                steps,
+                attempts,
+                events,
+            } = std::mem::take(&mut self.pending);
+            let before = Change {
+                steps: steps.iter().collect(),
+                attempts: attempts.iter().collect(),
+                events,
+                ..Change::default()
+            };
+            let placed = self
+                .store
+                .start_placed(&self.run.id, &ready.row, &ready.attempt, before, |held| {
+                    scheduling.place(held, ask, &nodes)
+                })
+                .await?;
+            let Some(gpus) = placed else {
+                // Another engine took the room first: it waits for the next cycle.
+                let _ = std::fs::remove_dir_all(&ready.dir);
+                continue;
+            };
+            let assigned: Vec<u32> = gpus.split(',').filter_map(|g| g.parse().ok()).collect();
+            self.launch_started(idx, ready, assigned, watcher).await?;
+        }
+        Ok(())
+    }
+
+    /// Cluster mode: a queued row's reason for waiting, committed with what comes next and
+    /// shown when it changes.
+    fn show_wait(&mut self, name: &str, reason: String, watcher: &mut dyn Watcher) {
+        let Some(&idx) = self.by_name.get(name) else {
+            return;
+        };
+        if self.rows[idx].reason.as_deref() == Some(reason.as_str()) {
+            return;
+        }
+        self.rows[idx].reason = Some(reason);
+        self.pending.steps.push(self.rows[idx].clone());
+        watcher.step(&self.rows[idx], self.rows.len(), 0);
+    }
+
     /// Starts one attempt of row `idx`, or ends it `Cached`. False: the pool has no room.
     async fn start(&mut self, idx: usize, watcher: &mut dyn Watcher) -> Result<bool, Error> {
+        let Some(ready) = self.prepare_start(idx, watcher).await? else {
+            return Ok(true);
+        };
+        let Ready {
+            launch,
+            attempt,
+            row,
+            dir,
+            gpus,
+        } = *ready;
+        // Commit first: the attempt and its share of the pool exist before its runtime does.
+        let Pending {
+            steps,
+            attempts,
+            events,
+        } = std::mem::take(&mut self.pending);
+        let before = Change {
+            steps: steps.iter().collect(),
+            attempts: attempts.iter().collect(),
+            events,
+            ..Change::default()
+        };
+        let Some(assigned) = self
+            .store
+            .start_attempt(&self.run.id, &row, &attempt, &self.capacity, gpus, before)
+            .await?
+        else {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Ok(false);
+        };
+        let ready = Ready {
+            launch,
+            attempt,
+            row,
+            dir,
+            gpus,
+        };
+        self.launch_started(idx, ready, assigned, watcher).await?;
+        Ok(true)
+    }
+
+    /// The attempt row `idx` would start, its folder written; None when the row ended without
+    /// one (skipped, failed before starting, or cached), which is committed.
+    async fn prepare_start(
+        &mut self,
+        idx: usize,
+        watcher: &mut dyn Watcher,
+    ) -> Result<Option<Box<Ready>>, Error> {
         let step = self.step_of(&self.rows[idx]).clone();
         let number = self.rows[idx].attempts + 1;
         let built = launch::build(
@@ -1036,24 +1263,29 @@ impl Driver {
             &self.rows[idx],
             number,
             self.grace_ms,
-            self.capacity.gpus.len(),
+            // Cluster mode: the scheduler has checked the GPUs against the Cluster's nodes.
+            if self.cluster_mode {
+                usize::MAX
+            } else {
+                self.capacity.gpus.len()
+            },
         );
         let mut launch = match built {
             Ok(l) => l,
             Err(Stop::Skip(why)) => {
                 self.set_state(idx, st::SKIPPED, Some(why));
-                return self.commit_row(idx, watcher).await.map(|()| true);
+                return self.commit_row(idx, watcher).await.map(|()| None);
             }
             Err(Stop::Fail(why)) => {
                 self.fail_permanently(idx, why);
-                return self.commit_row(idx, watcher).await.map(|()| true);
+                return self.commit_row(idx, watcher).await.map(|()| None);
             }
         };
         launch.heartbeat_ms = u64::try_from(self.heartbeat_timeout.as_millis() / 4)
             .unwrap_or(15_000)
             .max(50);
         if step.cache.is_some() && self.try_cache(idx, &step, &launch).await? {
-            return self.commit_row(idx, watcher).await.map(|()| true);
+            return self.commit_row(idx, watcher).await.map(|()| None);
         }
         let dir = launch::attempt_dir(&self.home, &self.run.id, &self.rows[idx].name, number);
         launch::prepare(&dir, &launch)
@@ -1077,28 +1309,31 @@ impl Driver {
         if row.started_at.is_none() {
             row.started_at = Some(now);
         }
-        // Commit first: the attempt and its share of the pool exist before its runtime does.
-        let Pending {
-            steps,
-            attempts,
-            events,
-        } = std::mem::take(&mut self.pending);
-        let before = Change {
-            steps: steps.iter().collect(),
-            attempts: attempts.iter().collect(),
-            events,
-            ..Change::default()
-        };
         let gpus = step.resources.gpu * step.resources.workers.max(1);
-        let Some(assigned) = self
-            .store
-            .start_attempt(&self.run.id, &row, &attempt, &self.capacity, gpus, before)
-            .await?
-        else {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Ok(false);
-        };
-        let mut attempt = attempt;
+        Ok(Some(Box::new(Ready {
+            launch,
+            attempt,
+            row,
+            dir,
+            gpus,
+        })))
+    }
+
+    /// Hands a committed attempt (holding the GPUs `assigned`) to the runtime.
+    async fn launch_started(
+        &mut self,
+        idx: usize,
+        ready: Ready,
+        assigned: Vec<u32>,
+        watcher: &mut dyn Watcher,
+    ) -> Result<(), Error> {
+        let Ready {
+            launch,
+            mut attempt,
+            row,
+            dir,
+            gpus: _,
+        } = ready;
         if !assigned.is_empty() {
             // The GPUs are known once reserved: the launch is written again before the
             // runtime is handed it.
@@ -1114,6 +1349,7 @@ impl Driver {
                     .join(","),
             );
         }
+        let number = attempt.number;
         self.rows[idx].attempts = number;
         self.rows[idx].not_before = None;
         self.rows[idx].started_at = row.started_at.clone();
@@ -1154,7 +1390,7 @@ impl Driver {
                 self.finish_attempt(&attempt.step, Some(result)).await?;
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     async fn commit_row(&mut self, idx: usize, watcher: &mut dyn Watcher) -> Result<(), Error> {
@@ -1577,6 +1813,16 @@ impl Driver {
 /// they are committed: a dependent's start commits them first, in its own transaction, and
 /// the engine commits what is left before it waits or ends. An engine that dies first loses
 /// nothing: each ended attempt's result is in its folder, and the next engine collects it.
+/// An attempt about to start: its launch and folder written, not yet committed.
+struct Ready {
+    launch: sluice_runtime::contract::Launch,
+    attempt: AttemptRow,
+    row: StepRow,
+    dir: PathBuf,
+    /// GPUs the whole gang needs.
+    gpus: u32,
+}
+
 #[derive(Default)]
 struct Pending {
     steps: Vec<StepRow>,

@@ -6,6 +6,7 @@
 //! runtime is started, and an attempt's end is committed before the steps after it start.
 
 pub mod cache;
+pub mod cluster;
 pub mod driver;
 pub mod launch;
 pub mod server;

@@ -32,6 +32,10 @@ pub struct Origin<'a> {
     pub objects: &'a str,
     /// Which document of the file, when it holds several.
     pub document: Option<String>,
+    /// The Cluster file given with `--cluster`, as the run keeps it (`cluster::stored`).
+    pub cluster: Option<String>,
+    /// The team's `maxQueued`: the run is refused if it would take the team past it.
+    pub max_queued: Option<u64>,
 }
 
 /// Records a new run of `pipeline` and returns its id.
@@ -81,18 +85,22 @@ pub async fn submit(
         });
     }
     store
-        .create_run(&NewRun {
-            id: id.clone(),
-            name: pipeline.metadata.name.clone(),
-            team: pipeline.metadata.team.clone(),
-            file: pipeline.path.clone(),
-            workdir: origin.workdir.to_owned(),
-            objects: origin.objects.to_owned(),
-            source: origin.source.to_owned(),
-            document: origin.document,
-            params: params_json,
-            steps,
-        })
+        .create_run(
+            &NewRun {
+                id: id.clone(),
+                name: pipeline.metadata.name.clone(),
+                team: pipeline.metadata.team.clone(),
+                file: pipeline.path.clone(),
+                workdir: origin.workdir.to_owned(),
+                objects: origin.objects.to_owned(),
+                source: origin.source.to_owned(),
+                document: origin.document,
+                params: params_json,
+                cluster: origin.cluster,
+                steps,
+            },
+            origin.max_queued,
+        )
         .await?;
     Ok(id)
 }

@@ -6,6 +6,7 @@
 //! so that PostgreSQL also accepts it; queries are checked at run time (no compile-time macros).
 
 mod rows;
+mod scheduling;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -17,11 +18,18 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool as Pool};
 
 pub use rows::{AttemptRow, Capacity, Change, Event, NewRun, RunRow, StepRow};
+pub use scheduling::Claim;
 
 /// How long a command waits for a store another process holds before it gives up (exit 3).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../../migrations/sqlite/0001_init.sql")),
+    (
+        2,
+        include_str!("../../../migrations/sqlite/0002_cluster.sql"),
+    ),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -33,6 +41,16 @@ pub enum Error {
     NotFound(String),
     #[error("state store: {0}")]
     Sql(#[from] sqlx::Error),
+    /// Submitting would take the team's queued steps past its `maxQueued`: nothing was written.
+    #[error(
+        "team {team} has {queued} steps queued; this run adds {adding}, over its maxQueued of {limit}"
+    )]
+    QueueFull {
+        team: String,
+        queued: u64,
+        adding: u64,
+        limit: u64,
+    },
 }
 
 impl Error {

@@ -17,6 +17,8 @@ pub struct NewRun {
     pub source: String,
     pub document: Option<String>,
     pub params: String,
+    /// The Cluster file given with `--cluster` (`{"file", "source"}`), if any.
+    pub cluster: Option<String>,
     pub steps: Vec<StepRow>,
 }
 
@@ -38,6 +40,8 @@ pub struct RunRow {
     pub cancel_requested: bool,
     pub lease_owner: Option<String>,
     pub lease_until: Option<i64>,
+    /// The Cluster file given with `--cluster` (`{"file", "source"}`), if any.
+    pub cluster: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -75,6 +79,9 @@ pub struct AttemptRow {
     pub metrics: Option<String>,
     pub started_at: String,
     pub ended_at: Option<String>,
+    /// Cluster mode: what it asked of the scheduler (JSON) and each worker's node (JSON array).
+    pub job: Option<String>,
+    pub nodes: Option<String>,
 }
 
 /// An event for the run's append-only log.
@@ -103,6 +110,7 @@ fn run_row(r: &SqliteRow) -> RunRow {
         cancel_requested: r.get::<i64, _>("cancel_requested") != 0,
         lease_owner: r.get("lease_owner"),
         lease_until: r.get("lease_until"),
+        cluster: r.get("cluster"),
     }
 }
 
@@ -140,17 +148,19 @@ fn attempt_row(r: &SqliteRow) -> AttemptRow {
         metrics: r.get("metrics"),
         started_at: r.get("started_at"),
         ended_at: r.get("ended_at"),
+        job: r.get("job"),
+        nodes: r.get("nodes"),
     }
 }
 
 const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, reason, attempts, retries_used, not_before, metrics, outputs, cache_key, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const UPDATE_STEP: &str = "UPDATE steps SET item = ?, state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
-const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running') AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
+const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running' AND job IS NULL) AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
 const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+pub(super) type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
-async fn insert_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
+pub(super) async fn insert_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
     sqlx::query(INSERT_STEP)
         .bind(run)
         .bind(&s.name)
@@ -171,7 +181,7 @@ async fn insert_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Erro
     Ok(())
 }
 
-async fn update_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
+pub(super) async fn update_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Error> {
     sqlx::query(UPDATE_STEP)
         .bind(&s.item)
         .bind(&s.state)
@@ -191,7 +201,11 @@ async fn update_step(tx: &mut Tx<'_>, run: &str, s: &StepRow) -> Result<(), Erro
     Ok(())
 }
 
-async fn update_attempt(tx: &mut Tx<'_>, run: &str, a: &AttemptRow) -> Result<(), Error> {
+pub(super) async fn update_attempt(
+    tx: &mut Tx<'_>,
+    run: &str,
+    a: &AttemptRow,
+) -> Result<(), Error> {
     sqlx::query(UPDATE_ATTEMPT)
         .bind(&a.state)
         .bind(a.pid)
@@ -208,7 +222,11 @@ async fn update_attempt(tx: &mut Tx<'_>, run: &str, a: &AttemptRow) -> Result<()
     Ok(())
 }
 
-async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[Event]) -> Result<(), Error> {
+pub(super) async fn insert_events(
+    tx: &mut Tx<'_>,
+    run: &str,
+    events: &[Event],
+) -> Result<(), Error> {
     if events.is_empty() {
         return Ok(());
     }
@@ -232,7 +250,7 @@ async fn insert_events(tx: &mut Tx<'_>, run: &str, events: &[Event]) -> Result<(
 }
 
 /// Writes `change` inside a transaction.
-async fn apply(tx: &mut Tx<'_>, run: &str, change: &Change<'_>) -> Result<(), Error> {
+pub(super) async fn apply(tx: &mut Tx<'_>, run: &str, change: &Change<'_>) -> Result<(), Error> {
     for s in &change.new_steps {
         insert_step(tx, run, s).await?;
     }
@@ -275,9 +293,32 @@ pub struct Change<'a> {
 }
 
 impl Store {
-    pub async fn create_run(&self, run: &NewRun) -> Result<(), Error> {
+    /// Records a new run and its steps. With `max_queued`, refuses it (`Error::QueueFull`,
+    /// nothing written) when the team's Pending and Queued steps across its running runs, plus
+    /// this run's, would exceed it; counted in the same transaction, so that two submissions
+    /// at once cannot both squeeze under the limit.
+    pub async fn create_run(&self, run: &NewRun, max_queued: Option<u64>) -> Result<(), Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, objects, source, document, params, created_at) VALUES (?, ?, ?, 'Running', ?, ?, ?, ?, ?, ?, ?)")
+        if let Some(limit) = max_queued {
+            let queued: i64 = sqlx::query(
+                "SELECT COUNT(*) FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.team = ? AND r.state = 'Running' AND s.state IN ('Pending', 'Queued')",
+            )
+            .bind(&run.team)
+            .fetch_one(&mut *tx)
+            .await?
+            .get(0);
+            let queued = u64::try_from(queued).unwrap_or(0);
+            let adding = run.steps.len() as u64;
+            if queued + adding > limit {
+                return Err(Error::QueueFull {
+                    team: run.team.clone(),
+                    queued,
+                    adding,
+                    limit,
+                });
+            }
+        }
+        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, objects, source, document, params, created_at, cluster) VALUES (?, ?, ?, 'Running', ?, ?, ?, ?, ?, ?, ?, ?)")
             .bind(&run.id)
             .bind(&run.name)
             .bind(&run.team)
@@ -288,6 +329,7 @@ impl Store {
             .bind(&run.document)
             .bind(&run.params)
             .bind(crate::time::now_rfc3339())
+            .bind(&run.cluster)
             .execute(&mut *tx)
             .await?;
         for s in &run.steps {
@@ -405,7 +447,7 @@ impl Store {
         let mut assigned = Vec::new();
         if gpus > 0 {
             let held: std::collections::BTreeSet<u32> = sqlx::query(
-                "SELECT gpus FROM attempts WHERE state = 'Running' AND gpus IS NOT NULL",
+                "SELECT gpus FROM attempts WHERE state = 'Running' AND gpus IS NOT NULL AND job IS NULL",
             )
             .fetch_all(&mut *tx)
             .await?

@@ -1,0 +1,316 @@
+//! Cluster mode: a run given `--cluster FILE` has its steps admitted by the scheduler onto the
+//! file's nodes (virtual on one machine: a node is a share of this machine with its own GPU
+//! indices), instead of the machine's CPU and memory pool.
+//!
+//! Each engine runs the scheduling cycle over every run's waiting and running steps on this
+//! home (the store keeps them), and acts only for its own: it starts the steps admitted, asks
+//! the runtimes of the victims chosen for its steps to stop (the `preempt` terminate file,
+//! as `sluice preempt` does), and shows the others' reasons. The cycle is deterministic, so
+//! engines looking at the same rows decide alike; starting an attempt re-checks its nodes in
+//! the transaction that records it, so no node is ever overcommitted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{Quota, RateLimiter};
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::config::Config;
+use crate::scheduler::{self, Decision, Job, Res, Running};
+use crate::spec::Diagnostic;
+use crate::spec::model::{ClusterSpec, Step};
+use crate::store::Claim;
+
+/// What a step asks of the scheduler, as stored with its waiting row and its attempt. The team
+/// is kept by name, so that every engine reads it the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ask {
+    pub team: String,
+    pub priority: i64,
+    pub workers: u32,
+    pub gpu: u64,
+    pub millicpu: u64,
+    pub memory: u64,
+    pub interruptible: bool,
+    pub checkpointed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
+}
+
+impl Ask {
+    fn per_worker(&self) -> Res {
+        Res::new(self.gpu, self.millicpu, self.memory)
+    }
+}
+
+/// The Cluster a run was submitted with, as the scheduler uses it.
+pub struct Scheduling {
+    pub spec: ClusterSpec,
+    config: Config,
+    /// Trial starts per team, in this engine (`maxTrialsPerMinute`, burst 1).
+    limiters: HashMap<String, governor::DefaultDirectRateLimiter>,
+}
+
+/// What one cycle decided for this run's steps.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Step name, the node of each worker.
+    pub admit: Vec<(String, Vec<usize>)>,
+    /// Step name, why it waits.
+    pub wait: Vec<(String, String)>,
+    /// Attempt folders of steps (of any run) to preempt for this run's steps, with the
+    /// victim's run and step and the step it makes room for.
+    pub preempt: Vec<(String, String, String, String)>,
+}
+
+impl Scheduling {
+    pub fn new(spec: ClusterSpec) -> Scheduling {
+        let mut config = Config::from_spec(&spec);
+        // The executor's unit is the millisecond (the simulator's is the second).
+        config.settings.starvation_limit = spec
+            .scheduling
+            .starvation_limit
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Scheduling {
+            spec,
+            config,
+            limiters: HashMap::new(),
+        }
+    }
+
+    /// The request of one worker gang of `step`, for a run of `team`.
+    pub fn ask(&self, team: &str, step: &Step) -> Ask {
+        let r = &step.resources;
+        Ask {
+            team: team.to_owned(),
+            priority: step
+                .priority
+                .as_ref()
+                .and_then(|p| self.config.priorities.get(p).copied())
+                .unwrap_or(self.config.default_priority),
+            workers: r.workers.max(1),
+            gpu: u64::from(r.gpu),
+            millicpu: r.millicpu,
+            memory: r.memory.unwrap_or(0),
+            interruptible: step.interruptible,
+            checkpointed: step.checkpoint.is_some(),
+            flavor: r.flavor.clone(),
+        }
+    }
+
+    /// One scheduling cycle over what `held` and `waiting` say (every run's), at `now` (unix
+    /// ms); the decisions for the steps of run `run`.
+    pub fn cycle(&self, run: &str, held: &[Claim], waiting: &[Claim], now: i64) -> Verdict {
+        let mut config = self.config.clone();
+        let now = u64::try_from(now).unwrap_or(0);
+        let mut running = Vec::with_capacity(held.len());
+        for (i, c) in held.iter().enumerate() {
+            let (Ok(ask), Some(nodes)) = (
+                serde_json::from_str::<Ask>(&c.job),
+                c.nodes
+                    .as_deref()
+                    .and_then(|n| serde_json::from_str(n).ok()),
+            ) else {
+                continue;
+            };
+            let started = u64::try_from(c.since).unwrap_or(0);
+            running.push(Running {
+                job: job(&mut config, i as u64, &ask, started),
+                nodes,
+                started,
+                // Time since it started: the executor does not know when it last checkpointed.
+                work_at_risk: now.saturating_sub(started),
+            });
+        }
+        let base = held.len() as u64;
+        let mut jobs = Vec::with_capacity(waiting.len());
+        for (i, c) in waiting.iter().enumerate() {
+            if let Ok(ask) = serde_json::from_str::<Ask>(&c.job) {
+                let submitted = u64::try_from(c.since).unwrap_or(0);
+                jobs.push(job(&mut config, base + i as u64, &ask, submitted));
+            }
+        }
+        let mut settings = config.settings.clone();
+        settings.now = now;
+        let decisions = scheduler::cycle(&config.cluster, &running, &jobs, &settings);
+        let waiter = |id: u64| {
+            id.checked_sub(base)
+                .and_then(|i| waiting.get(i as usize))
+                .filter(|c| c.run_id == run)
+        };
+        let mut verdict = Verdict::default();
+        for d in decisions {
+            match d {
+                Decision::Admit { job, nodes } => {
+                    if let Some(c) = waiter(job) {
+                        verdict.admit.push((c.step.clone(), nodes));
+                    }
+                }
+                Decision::Wait { job, reason } => {
+                    if let Some(c) = waiter(job) {
+                        let reason = if reason.starts_with("waiting") {
+                            reason
+                        } else {
+                            format!("waiting: {reason}")
+                        };
+                        verdict.wait.push((c.step.clone(), reason));
+                    }
+                }
+                Decision::Preempt { victim, job } => {
+                    if let (Some(c), Some(v)) = (waiter(job), held.get(victim as usize))
+                        && let Some(dir) = &v.dir
+                    {
+                        verdict.preempt.push((
+                            dir.clone(),
+                            v.run_id.clone(),
+                            v.step.clone(),
+                            c.step.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        verdict
+    }
+
+    /// Whether `ask`'s workers still fit on `nodes` given what runs (`held`), and if so the GPU
+    /// indices each worker gets on its node (the lowest free), worker after worker,
+    /// comma-separated.
+    pub fn place(&self, held: &[Claim], ask: &Ask, nodes: &[usize]) -> Option<String> {
+        let cluster = &self.config.cluster;
+        let mut free: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+        let mut taken: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+        for c in held {
+            let (Ok(other), Some(on)) = (
+                serde_json::from_str::<Ask>(&c.job),
+                c.nodes
+                    .as_deref()
+                    .and_then(|n| serde_json::from_str::<Vec<usize>>(n).ok()),
+            ) else {
+                continue;
+            };
+            let gpus: Vec<u32> = c
+                .gpus
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|g| g.parse().ok())
+                .collect();
+            let per = usize::try_from(other.gpu).unwrap_or(0);
+            for (w, &n) in on.iter().enumerate() {
+                if let Some(f) = free.get_mut(n) {
+                    *f = f.saturating_sub(other.per_worker());
+                }
+                if per > 0 {
+                    taken
+                        .entry(n)
+                        .or_default()
+                        .extend(gpus.iter().skip(w * per).take(per));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for &n in nodes {
+            let f = free.get_mut(n)?;
+            if !ask.per_worker().fits_in(*f) {
+                return None;
+            }
+            *f = f.saturating_sub(ask.per_worker());
+            let capacity = u32::try_from(cluster.nodes[n].capacity.gpu).unwrap_or(u32::MAX);
+            let held_here = taken.entry(n).or_default();
+            let mine: Vec<u32> = (0..capacity)
+                .filter(|g| !held_here.contains(g))
+                .take(usize::try_from(ask.gpu).unwrap_or(0))
+                .collect();
+            if (mine.len() as u64) < ask.gpu {
+                return None;
+            }
+            held_here.extend(&mine);
+            out.extend(mine);
+        }
+        Some(out.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+    }
+
+    /// Takes a trial start for `team` from its `maxTrialsPerMinute` bucket (burst 1). Err: not
+    /// before this long.
+    pub fn take_trial_start(&mut self, team: &str) -> Result<(), Duration> {
+        let Some(per_minute) = self
+            .spec
+            .teams
+            .iter()
+            .find(|t| t.name == team)
+            .and_then(|t| t.max_trials_per_minute)
+        else {
+            return Ok(());
+        };
+        let limiter = self.limiters.entry(team.to_owned()).or_insert_with(|| {
+            let period = Duration::from_secs_f64(60.0 / per_minute.max(1) as f64);
+            let quota = Quota::with_period(period)
+                .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+                .allow_burst(NonZeroU32::MIN);
+            RateLimiter::direct(quota)
+        });
+        limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+
+    /// The team's `maxTrialsPerMinute`, if it has one.
+    pub fn trial_rate(&self, team: &str) -> Option<u64> {
+        self.spec
+            .teams
+            .iter()
+            .find(|t| t.name == team)
+            .and_then(|t| t.max_trials_per_minute)
+    }
+}
+
+/// The Cluster of a `--cluster` file (`shown` for messages), or every error in it.
+pub fn read(shown: &str, text: &str) -> Result<ClusterSpec, Vec<Diagnostic>> {
+    let loaded = crate::spec::load(shown, text.to_owned());
+    let mut diags = crate::spec::Diagnostics::new(shown.to_owned());
+    let cluster = crate::spec::cluster::read(&loaded, &mut diags);
+    let mut all = loaded.diagnostics.into_sorted();
+    all.extend(diags.into_sorted());
+    all.retain(|d| d.severity == crate::spec::Severity::Error);
+    match cluster {
+        Some(c) if all.is_empty() => Ok(c),
+        _ => Err(all),
+    }
+}
+
+/// How a run keeps its Cluster file: `{"file", "source"}`.
+pub fn stored(file: &str, source: &str) -> String {
+    serde_json::json!({ "file": file, "source": source }).to_string()
+}
+
+/// The Cluster a run was submitted with, read again from what it stored.
+pub fn of_run(stored: &str) -> Result<ClusterSpec, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(stored).map_err(|e| format!("the run's stored Cluster file: {e}"))?;
+    let file = v["file"].as_str().unwrap_or("cluster.yaml");
+    let source = v["source"].as_str().unwrap_or("");
+    read(file, source).map_err(|diags| {
+        diags
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
+fn job(config: &mut Config, id: u64, ask: &Ask, submitted: u64) -> Job {
+    Job {
+        id,
+        team: config.team(&ask.team),
+        priority: ask.priority,
+        workers: ask.workers,
+        per_worker: ask.per_worker(),
+        interruptible: ask.interruptible,
+        checkpointed: ask.checkpointed,
+        flavor: ask.flavor.clone(),
+        submitted,
+    }
+}

@@ -1,0 +1,169 @@
+//! Cluster mode (`--cluster`): what every engine on this home has waiting and running on the
+//! declared cluster, and the transaction that starts an attempt on the nodes the scheduler
+//! chose.
+//!
+//! The store does not know the scheduler: it keeps each step's request as the JSON the driver
+//! wrote, hands the rows to the driver, and lets a closure decide, inside the transaction,
+//! whether the chosen nodes still have room. So two engines starting steps at once cannot both
+//! take the same GPUs: the second one's transaction sees the first one's attempt.
+
+use sqlx::Row;
+
+use super::rows::{Change, StepRow, Tx, apply, insert_events, update_step};
+use super::{AttemptRow, Error, Event, Store};
+
+/// A waiting or running step of some run, as cluster mode keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Claim {
+    pub run_id: String,
+    pub step: String,
+    /// What it asks of the scheduler (JSON written by the driver).
+    pub job: String,
+    /// Waiting: since when (unix ms). Running: when its attempt started (unix ms).
+    pub since: i64,
+    /// Running only: each worker's node (JSON array), its GPU indices, its attempt's folder.
+    pub nodes: Option<String>,
+    pub gpus: Option<String>,
+    pub dir: Option<String>,
+}
+
+async fn running(tx: &mut Tx<'_>) -> Result<Vec<Claim>, Error> {
+    let rows = sqlx::query(
+        "SELECT run_id, step, job, nodes, gpus, dir, started_at FROM attempts WHERE state = 'Running' AND job IS NOT NULL",
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Claim {
+            run_id: r.get(0),
+            step: r.get(1),
+            job: r.get(2),
+            nodes: r.get(3),
+            gpus: r.get(4),
+            dir: r.get(5),
+            since: crate::time::parse_rfc3339(&r.get::<String, _>(6)).unwrap_or(0),
+        })
+        .collect())
+}
+
+impl Store {
+    /// Commits `before`, records `mine` (this run's queued steps, `(step, job)`) as waiting,
+    /// keeping the age of those already waiting and dropping this run's others, and returns
+    /// what runs and what waits on the cluster: every run's, except runs no engine drives
+    /// (lease expired at `now`) and steps no longer queued.
+    pub async fn claims(
+        &self,
+        run: &str,
+        before: Change<'_>,
+        mine: &[(String, String)],
+        now: i64,
+    ) -> Result<(Vec<Claim>, Vec<Claim>), Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        apply(&mut tx, run, &before).await?;
+        let known: std::collections::HashMap<String, i64> =
+            sqlx::query("SELECT step, submitted FROM waiting WHERE run_id = ?")
+                .bind(run)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+        sqlx::query("DELETE FROM waiting WHERE run_id = ?")
+            .bind(run)
+            .execute(&mut *tx)
+            .await?;
+        for chunk in mine.chunks(300) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO waiting (run_id, step, job, submitted) ",
+            );
+            q.push_values(chunk, |mut row, (step, job)| {
+                row.push_bind(run)
+                    .push_bind(step)
+                    .push_bind(job)
+                    .push_bind(known.get(step).copied().unwrap_or(now));
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        let held = running(&mut tx).await?;
+        let waiting = sqlx::query(
+            "SELECT w.run_id, w.step, w.job, w.submitted FROM waiting w \
+             JOIN runs r ON r.id = w.run_id \
+             JOIN steps s ON s.run_id = w.run_id AND s.name = w.step \
+             WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = ? OR r.lease_until > ?) \
+             ORDER BY w.submitted, w.rowid",
+        )
+        .bind(run)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| Claim {
+            run_id: r.get(0),
+            step: r.get(1),
+            job: r.get(2),
+            since: r.get(3),
+            nodes: None,
+            gpus: None,
+            dir: None,
+        })
+        .collect();
+        tx.commit().await?;
+        Ok((held, waiting))
+    }
+
+    /// Commits `before`, then starts `attempt` (its `job` and `nodes` set) if `place`, given
+    /// what runs on the cluster now, still finds room on its nodes: `place` returns the GPU
+    /// indices (comma-separated, worker after worker; empty for none) or None. The attempt
+    /// and its step's `Running` are recorded, and the step leaves the waiting list, in one
+    /// transaction. Returns the GPU indices, or None when there is no room any more.
+    pub async fn start_placed(
+        &self,
+        run: &str,
+        step: &StepRow,
+        attempt: &AttemptRow,
+        before: Change<'_>,
+        place: impl FnOnce(&[Claim]) -> Option<String>,
+    ) -> Result<Option<String>, Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        apply(&mut tx, run, &before).await?;
+        let held = running(&mut tx).await?;
+        let Some(gpus) = place(&held) else {
+            tx.commit().await?;
+            return Ok(None);
+        };
+        let gpu_list = (!gpus.is_empty()).then_some(gpus.as_str());
+        sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, job, nodes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            .bind(run)
+            .bind(&attempt.step)
+            .bind(attempt.number)
+            .bind(&attempt.state)
+            .bind(&attempt.dir)
+            .bind(attempt.millicpu)
+            .bind(attempt.memory)
+            .bind(gpu_list)
+            .bind(&attempt.started_at)
+            .bind(&attempt.job)
+            .bind(&attempt.nodes)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM waiting WHERE run_id = ? AND step = ?")
+            .bind(run)
+            .bind(&attempt.step)
+            .execute(&mut *tx)
+            .await?;
+        update_step(&mut tx, run, step).await?;
+        insert_events(
+            &mut tx,
+            run,
+            &[Event {
+                step: Some(step.name.clone()),
+                kind: "attempt-started".into(),
+                detail: Some(attempt.number.to_string()),
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(gpus))
+    }
+}

@@ -1,0 +1,22 @@
+-- sluice state, version 2: the local executor schedules onto a declared cluster (`--cluster`).
+
+-- The Cluster file given with --cluster, as {"file": ..., "source": ...}: resume uses the same.
+ALTER TABLE runs ADD COLUMN cluster TEXT;
+
+-- Cluster mode only: what the attempt asked of the scheduler (team, priority, gang size,
+-- resources per worker, interruptible, checkpointed, flavor; JSON) and the virtual node of
+-- each worker (a JSON array of node indices). `gpus` then holds each worker's GPU indices on
+-- its node, worker after worker.
+ALTER TABLE attempts ADD COLUMN job TEXT;
+ALTER TABLE attempts ADD COLUMN nodes TEXT;
+
+-- Queued steps of cluster-mode runs, as every engine on this home sees them: one scheduling
+-- cycle weighs the waiting steps of all runs. Rows of runs no engine drives (lease expired)
+-- and of steps no longer Queued are ignored by the readers, so none needs cleaning up first.
+CREATE TABLE waiting (
+    run_id          TEXT NOT NULL,
+    step            TEXT NOT NULL,
+    job             TEXT NOT NULL,          -- as attempts.job
+    submitted       BIGINT NOT NULL,        -- unix ms: when it started waiting (its age)
+    PRIMARY KEY (run_id, step)
+);

@@ -1,0 +1,371 @@
+//! The scheduler on the local executor: a Cluster file declares two virtual nodes of 4 GPUs,
+//! and steps are admitted onto them as on a real cluster: gangs whole, a production step
+//! preempting a best-effort one (which resumes from its checkpoint), a team under its quota
+//! taking back what another borrowed, trial starts held to the team's rate, and a submission
+//! over `maxQueued` refused. Programs record what they saw (times, CUDA_VISIBLE_DEVICES) in
+//! files the test reads.
+
+use std::collections::BTreeMap;
+
+use sluice_e2e::{Sandbox, step_states, wait_for};
+
+const CLUSTER: &str = r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 2
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+  teams:
+    - {name: vision, quota: {gpu: 4}}
+    - {name: nlp, quota: {gpu: 4}}
+    - name: tuning
+      maxTrialsPerMinute: 60
+    - name: small
+      maxQueued: 3
+  priorities:
+    - {name: production, value: 1000}
+    - {name: best-effort, value: 0, default: true}
+  preemption:
+    gracePeriod: 2s
+"#;
+
+/// Lines `WHAT TIME REST...` appended by the programs to `log`.
+fn log(sb: &Sandbox) -> Vec<(String, f64, String)> {
+    std::fs::read_to_string(sb.path().join("log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.splitn(3, ' ');
+            let what = w.next()?.to_owned();
+            let t = w.next()?.parse().ok()?;
+            Some((what, t, w.next().unwrap_or("").to_owned()))
+        })
+        .collect()
+}
+
+fn times(log: &[(String, f64, String)], what: &str) -> Vec<f64> {
+    log.iter()
+        .filter(|(w, _, _)| w == what)
+        .map(|(_, t, _)| *t)
+        .collect()
+}
+
+/// A shell line that appends `WHAT TIME REST` to the sandbox's `log`.
+fn note(what: &str, rest: &str) -> String {
+    format!(
+        r#"python3 -c 'import time,sys; open("log","a").write("{what} %.3f {rest}\n" % time.time())'"#
+    )
+}
+
+#[test]
+fn a_gang_waits_whole_and_its_workers_get_their_nodes_gpus() {
+    let sb = Sandbox::new("sched-gang");
+    sb.write("cluster.yaml", CLUSTER);
+    // `hold` takes 2 GPUs of one node for 2 s: the 2 x 4 GPU gang cannot start until it ends,
+    // even though 6 GPUs are free (4 on one node, 2 on the other).
+    let pipeline = format!(
+        r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: gang, team: vision}}
+spec:
+  steps:
+    - name: hold
+      resources: {{gpu: 2}}
+      run: {start}; sleep 2; {end}
+    - name: train
+      resources: {{gpu: 4, workers: 2}}
+      run: python3 -c 'import os,time; open("log","a").write("worker %.3f %s %s\n" % (time.time(), os.environ["RANK"], os.environ["CUDA_VISIBLE_DEVICES"]))'
+"#,
+        start = note("hold-start", ""),
+        end = note("hold-end", ""),
+    );
+    sb.write("gang.yaml", &pipeline);
+    let mut engine = sb.spawn(&["run", "gang.yaml", "--cluster", "cluster.yaml"]);
+    // While `hold` runs, the gang waits, and says why.
+    wait_for("hold to start", || {
+        !times(&log(&sb), "hold-start").is_empty()
+    });
+    let mut reason = String::new();
+    wait_for("the gang's waiting reason", || {
+        let run = sb.last_run();
+        let status = sb.status(&run);
+        reason = status["steps"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == "train"))
+            .and_then(|s| s["reason"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        reason.starts_with("waiting")
+    });
+    assert!(
+        reason.contains("gang of 2") && reason.contains("free room for 1 of 2"),
+        "reason: {reason}"
+    );
+    assert!(engine.wait().expect("engine ends").success());
+    let log = log(&sb);
+    let hold_end = times(&log, "hold-end")[0];
+    let workers: Vec<&(String, f64, String)> = log.iter().filter(|l| l.0 == "worker").collect();
+    assert_eq!(workers.len(), 2, "{log:?}");
+    for (_, t, rest) in &workers {
+        // Never partly: no worker started before the room for both existed.
+        assert!(
+            *t >= hold_end,
+            "a worker started at {t}, before hold ended at {hold_end}"
+        );
+        // Each worker holds a whole node: its 4 GPUs, numbered on that node.
+        let gpus = rest.split(' ').nth(1).unwrap_or_default();
+        assert_eq!(gpus, "0,1,2,3", "{rest}");
+    }
+}
+
+/// `counter.py NAME N` counts to N, a count per 100 ms, checkpointing each count; it appends
+/// `NAME-start TIME COUNT ATTEMPT` when it starts and `NAME-end TIME COUNT` when done.
+const COUNTER: &str = r#"import os, sys, time
+name, goal = sys.argv[1], int(sys.argv[2])
+ck = os.path.join(os.environ["SLUICE_CHECKPOINT_DIR"], "n")
+n = int(open(ck).read()) if os.path.exists(ck) else 0
+open("log", "a").write("%s-start %.3f %d %s\n" % (name, time.time(), n, os.environ["SLUICE_ATTEMPT"]))
+while n < goal:
+    n += 1
+    open(ck + ".tmp", "w").write(str(n))
+    os.replace(ck + ".tmp", ck)
+    open(name + "-count", "w").write(str(n))
+    time.sleep(0.1)
+open("log", "a").write("%s-end %.3f %d\n" % (name, time.time(), n))
+"#;
+
+fn counter(name: &str, n: u32) -> String {
+    format!("python3 counter.py {name} {n}")
+}
+
+fn count(sb: &Sandbox, name: &str) -> u32 {
+    std::fs::read_to_string(sb.path().join(format!("{name}-count")))
+        .ok()
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_production_step_preempts_a_best_effort_one_which_resumes_from_its_checkpoint() {
+    let sb = Sandbox::new("sched-preempt");
+    sb.write("cluster.yaml", CLUSTER);
+    sb.write("counter.py", COUNTER);
+    // Best-effort: the whole cluster (a 2 x 4 GPU gang), checkpointing each count.
+    sb.write(
+        "low.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: low, team: vision}}
+spec:
+  steps:
+    - name: explore
+      priority: best-effort
+      resources: {{gpu: 4, workers: 2}}
+      checkpoint: {{every: 100ms}}
+      run: if [ "$RANK" = 0 ]; then {prog}; fi
+"#,
+            prog = counter("low", 60)
+        ),
+    );
+    sb.write(
+        "high.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: high, team: vision}}
+spec:
+  steps:
+    - name: serve-eval
+      priority: production
+      resources: {{gpu: 4}}
+      run: {start}; sleep 1; {end}
+"#,
+            start = note("high-start", ""),
+            end = note("high-end", ""),
+        ),
+    );
+    let mut low = sb.spawn(&["run", "low.yaml", "--cluster", "cluster.yaml"]);
+    // Past the grace period (2 s): a step that young is never a victim.
+    wait_for("the best-effort gang to count past 25", || {
+        count(&sb, "low") >= 25
+    });
+    let high = sb.run(&["run", "high.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(high.code, Some(0), "{}", high.stderr);
+    assert!(low.wait().expect("engine ends").success());
+    let log = log(&sb);
+    let starts: Vec<&(String, f64, String)> = log.iter().filter(|l| l.0 == "low-start").collect();
+    assert!(
+        starts.len() >= 2,
+        "the best-effort step was not preempted: {log:?}"
+    );
+    let high_start = times(&log, "high-start")[0];
+    let high_end = times(&log, "high-end")[0];
+    // The production step ran while the best-effort one was stopped...
+    assert!(
+        starts[1].1 >= high_start,
+        "the best-effort step came back before the production step started: {log:?}"
+    );
+    // ...which came back from its checkpoint, not from zero, and counted to the end once.
+    let resumed_at: u32 = starts[1]
+        .2
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(resumed_at >= 20, "resumed from {resumed_at}: {log:?}");
+    assert_eq!(times(&log, "low-end").len(), 1, "{log:?}");
+    assert!(high_end > high_start);
+    let run = sb.last_run();
+    let status = sb.status(&run);
+    assert_eq!(step_states(&status)["serve-eval"], "Succeeded");
+}
+
+#[test]
+fn a_team_under_its_quota_takes_back_what_another_borrowed() {
+    let sb = Sandbox::new("sched-reclaim");
+    sb.write("cluster.yaml", CLUSTER);
+    sb.write("counter.py", COUNTER);
+    // nlp (quota 4) fills the cluster with two 4-GPU steps: the second is borrowed.
+    sb.write(
+        "nlp.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: nlp, team: nlp}}
+spec:
+  steps:
+    - name: a
+      resources: {{gpu: 4}}
+      checkpoint: {{every: 100ms}}
+      run: {a}
+    - name: b
+      resources: {{gpu: 4}}
+      checkpoint: {{every: 100ms}}
+      run: {b}
+"#,
+            a = counter("a", 50),
+            b = counter("b", 50),
+        ),
+    );
+    sb.write(
+        "vision.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: vision, team: vision}}
+spec:
+  steps:
+    - name: train
+      resources: {{gpu: 4}}
+      run: {start}; sleep 1; {end}
+"#,
+            start = note("vision-start", ""),
+            end = note("vision-end", ""),
+        ),
+    );
+    let mut nlp = sb.spawn(&["run", "nlp.yaml", "--cluster", "cluster.yaml"]);
+    wait_for("both nlp steps to count past 25", || {
+        count(&sb, "a") >= 25 && count(&sb, "b") >= 25
+    });
+    let vision = sb.run(&["run", "vision.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(vision.code, Some(0), "{}", vision.stderr);
+    let vision_end = times(&log(&sb), "vision-end")[0];
+    // vision got its quota while nlp still had work: nlp had not finished either step.
+    assert!(
+        count(&sb, "a") < 50 || count(&sb, "b") < 50,
+        "vision only ran once nlp was done: {:?}",
+        log(&sb)
+    );
+    assert!(nlp.wait().expect("engine ends").success());
+    let log = log(&sb);
+    let restarts: BTreeMap<&str, usize> = ["a", "b"]
+        .iter()
+        .map(|s| (*s, times(&log, &format!("{s}-start")).len()))
+        .collect();
+    // Exactly one of nlp's steps (the borrowed one) was preempted, once; both then finished
+    // from their checkpoints.
+    assert_eq!(
+        restarts.values().filter(|&&n| n == 2).count(),
+        1,
+        "{restarts:?}: {log:?}"
+    );
+    assert_eq!(restarts.values().sum::<usize>(), 3, "{log:?}");
+    assert_eq!(times(&log, "a-end").len() + times(&log, "b-end").len(), 2);
+    assert!(times(&log, "vision-start")[0] < vision_end);
+}
+
+#[test]
+fn trial_starts_keep_to_the_teams_rate_over_a_minute() {
+    let sb = Sandbox::new("sched-rate");
+    sb.write("cluster.yaml", CLUSTER);
+    // 60 trials a minute, burst 1; 62 trials, up to 20 at once: the rate, not parallelism or
+    // capacity, is what holds them back.
+    sb.write(
+        "sweep.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Sweep
+metadata: {{name: rate, team: tuning}}
+spec:
+  objective: {{metric: loss, goal: minimize}}
+  algorithm: {{name: random, seed: 1}}
+  budget: {{maxTrials: 62, parallelism: 20}}
+  params:
+    x: {{type: float, min: 0, max: 1}}
+  trial:
+    run: {start}; echo loss={{{{params.x}}}}
+"#,
+            start = note("trial", ""),
+        ),
+    );
+    let out = sb.run(&["sweep", "sweep.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let mut t = times(&log(&sb), "trial");
+    t.sort_by(f64::total_cmp);
+    assert_eq!(t.len(), 62);
+    // 61 intervals at one a second: 61 s, within 5%.
+    let span = t[61] - t[0];
+    assert!(
+        (61.0 * 0.95..=61.0 * 1.05).contains(&span),
+        "62 starts took {span:.2} s"
+    );
+    // And no minute holds more than 60 (+1 for the bucket's first token).
+    for (i, &start) in t.iter().enumerate() {
+        let within = t[i..].iter().take_while(|&&x| x < start + 60.0).count();
+        assert!(within <= 61, "{within} starts in the minute from {start}");
+    }
+}
+
+#[test]
+fn a_submission_over_the_teams_max_queued_is_refused_with_the_limit_named() {
+    let sb = Sandbox::new("sched-queued");
+    sb.write("cluster.yaml", CLUSTER);
+    sb.write(
+        "four.yaml",
+        r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: four, team: small}
+spec:
+  steps:
+    - {name: a, run: "true"}
+    - {name: b, run: "true"}
+    - {name: c, run: "true"}
+    - {name: d, run: "true"}
+"#,
+    );
+    let out = sb.run(&["run", "four.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with("cluster.yaml:15:7: error:")
+            && out.stderr.contains("maxQueued of 3")
+            && out.stderr.contains("help:"),
+        "{}",
+        out.stderr
+    );
+    // Nothing was recorded.
+    let runs = sb.run(&["runs", "--output", "json"]);
+    assert_eq!(runs.stdout.trim(), "[]", "{}", runs.stdout);
+}
