@@ -77,11 +77,17 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
                     let loaded = spec::load(&shown, text);
                     let mut d = loaded.diagnostics.clone();
                     let cap = capacity::read(&loaded, &mut d);
-                    all.extend(
-                        d.into_sorted()
-                            .into_iter()
-                            .filter(|d| d.severity == Severity::Error),
-                    );
+                    // `load` checked the Cluster whole; its pools read again here may repeat
+                    // some of those problems.
+                    let mut errors: Vec<Diagnostic> = d
+                        .into_sorted()
+                        .into_iter()
+                        .filter(|d| d.severity == Severity::Error)
+                        .collect();
+                    errors.dedup();
+                    // A broken Cluster is reported; steps are not checked against it.
+                    let cap = cap.filter(|_| errors.is_empty());
+                    all.extend(errors);
                     cap
                 }
             }

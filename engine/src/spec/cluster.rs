@@ -45,16 +45,27 @@ pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<ClusterSpec> {
             .help("add spec: with pools, teams and priorities");
         return None;
     };
+    // `spec::load` has reported this document's problems already: decode it quietly.
+    let mut quiet = Diagnostics::new(diags.path().to_owned());
     let mut cx = Cx {
         src: &loaded.source,
-        d: diags,
+        d: &mut quiet,
     };
-    let before = cx.d.error_count();
     let out = decode(&mut cx, &doc.metadata.name, spec);
-    (cx.d.error_count() == before).then_some(out).flatten()
+    if quiet.has_errors() && !loaded.diagnostics.has_errors() {
+        // Not expected (load decodes the same way); never drop a problem silently.
+        for d in quiet.into_sorted() {
+            diags.push(d);
+        }
+        return None;
+    }
+    if quiet.has_errors() || loaded.diagnostics.has_errors() {
+        return None;
+    }
+    out
 }
 
-fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<ClusterSpec> {
+pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<ClusterSpec> {
     cx.fields(spec, "spec", SPEC_FIELDS)?;
     let pools = match spec.get("pools") {
         Some(p) => match p.as_seq() {

@@ -182,8 +182,26 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         };
         return katib::decode(cx, metadata, spec).map(|s| Document::Sweep(Box::new(s)));
     }
+    if kind.0 == "Cluster" {
+        // Checked whole here, so that `lint` reports every problem of a Cluster file; the
+        // engine reads it again with `cluster::read` when given `--cluster`.
+        match spec {
+            Some(spec) => {
+                cluster::decode(cx, &metadata.name, spec);
+            }
+            None => {
+                cx.d.error(node.pos, "the Cluster has no spec")
+                    .help("add spec: with pools, teams and priorities");
+            }
+        }
+        return Some(Document::Pending(Pending {
+            kind: kind.0,
+            metadata,
+            pos: node.pos,
+            spec: spec.cloned(),
+        }));
+    }
     let what = match kind.0.as_str() {
-        "Cluster" => "cluster configuration arrives with the scheduler",
         "Schedule" => "schedules arrive with the server",
         _ => "simulation arrives with the scheduler",
     };
