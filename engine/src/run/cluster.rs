@@ -314,3 +314,130 @@ fn job(config: &mut Config, id: u64, ask: &Ask, submitted: u64) -> Job {
         submitted,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAB: &str = "apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 2
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+  teams:
+    - {name: vision, quota: {gpu: 4}}
+";
+
+    fn lab() -> Scheduling {
+        Scheduling::new(read("lab.yaml", LAB).expect("the lab cluster is valid"))
+    }
+
+    fn ask(gpu: u64, workers: u32) -> Ask {
+        Ask {
+            team: "vision".into(),
+            priority: 100,
+            workers,
+            gpu,
+            millicpu: 1000,
+            memory: 0,
+            interruptible: false,
+            checkpointed: true,
+            flavor: None,
+        }
+    }
+
+    fn held(run: &str, step: &str, a: &Ask, nodes: &[usize], gpus: &str) -> Claim {
+        Claim {
+            run_id: run.into(),
+            step: step.into(),
+            job: serde_json::to_string(a).expect("an ask serializes"),
+            since: 0,
+            nodes: Some(serde_json::to_string(nodes).expect("nodes serialize")),
+            gpus: Some(gpus.into()),
+            dir: Some(format!("/attempts/{run}/{step}.1")),
+        }
+    }
+
+    fn waiting(run: &str, step: &str, a: &Ask, since: i64) -> Claim {
+        Claim {
+            run_id: run.into(),
+            step: step.into(),
+            job: serde_json::to_string(a).expect("an ask serializes"),
+            since,
+            nodes: None,
+            gpus: None,
+            dir: None,
+        }
+    }
+
+    #[test]
+    fn workers_get_the_lowest_free_gpus_of_their_own_node() {
+        let s = lab();
+        let running = [held("r1", "a", &ask(2, 1), &[0], "0,1")];
+        // One worker beside `a` on node 0, one alone on node 1.
+        assert_eq!(
+            s.place(&running, &ask(2, 2), &[0, 1]).as_deref(),
+            Some("2,3,0,1")
+        );
+        // Node 0 has 2 GPUs left: a 4-GPU worker no longer fits there, and nothing is taken.
+        assert_eq!(s.place(&running, &ask(4, 2), &[0, 1]), None);
+        // Two workers of one gang on one node take different GPUs.
+        assert_eq!(
+            s.place(&[], &ask(2, 2), &[1, 1]).as_deref(),
+            Some("0,1,2,3")
+        );
+    }
+
+    #[test]
+    fn gpus_held_by_a_gang_are_read_per_worker_and_node() {
+        let s = lab();
+        // A 2 x 1 GPU gang holds GPU 0 of node 0 and GPU 0 of node 1 (written "0,0").
+        let running = [held("r1", "g", &ask(1, 2), &[0, 1], "0,0")];
+        assert_eq!(s.place(&running, &ask(1, 1), &[1]).as_deref(), Some("1"));
+        assert_eq!(
+            s.place(&running, &ask(3, 1), &[0]).as_deref(),
+            Some("1,2,3")
+        );
+    }
+
+    #[test]
+    fn a_cycle_decides_for_this_runs_steps_only() {
+        let s = lab();
+        let waits = [
+            waiting("other", "first", &ask(4, 1), 1),
+            waiting("mine", "second", &ask(4, 1), 2),
+            waiting("mine", "third", &ask(4, 1), 3),
+        ];
+        let v = s.cycle("mine", &[], &waits, 10);
+        // The other run's older step takes a node (its engine starts it); this run's next
+        // one takes the other node; the last one waits, with a reason.
+        assert_eq!(v.admit.len(), 1, "{v:?}");
+        assert_eq!(v.admit[0].0, "second");
+        assert_eq!(v.wait.len(), 1, "{v:?}");
+        assert_eq!(v.wait[0].0, "third");
+        assert!(v.wait[0].1.starts_with("waiting"), "{}", v.wait[0].1);
+    }
+
+    #[test]
+    fn a_higher_priority_step_asks_for_the_lower_ones_attempt_to_stop() {
+        let s = lab();
+        let mut low = ask(4, 2);
+        low.priority = 0;
+        let running = [held("r1", "explore", &low, &[0, 1], "0,1,2,3,0,1,2,3")];
+        let mut high = ask(4, 1);
+        high.priority = 1000;
+        let v = s.cycle(
+            "r2",
+            &running,
+            &[waiting("r2", "urgent", &high, 5)],
+            1_000_000,
+        );
+        assert_eq!(v.preempt.len(), 1, "{v:?}");
+        assert_eq!(v.preempt[0].0, "/attempts/r1/explore.1");
+        assert_eq!(v.preempt[0].3, "urgent");
+        assert!(v.admit.is_empty());
+    }
+}
