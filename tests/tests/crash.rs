@@ -87,18 +87,56 @@ fn running_steps(sb: &Sandbox, id: &str) -> BTreeSet<String> {
 
 #[test]
 fn killing_the_engine_anywhere_loses_nothing_and_runs_nothing_twice() {
-    let mut rng = Lcg(0x5eed);
+    crash_rounds("crash", 0x5eed, &[], PIPELINE);
+}
+
+/// One node with two GPUs; every step asks for one, so the fan-out's three shards and the
+/// diamond's two branches wait for each other through the scheduler's rows.
+const SMALL: &str = r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: small}
+spec:
+  pools:
+    - {name: gpu, nodes: 1, resources: {gpu: 2, cpu: 8, memory: 16Gi}}
+"#;
+
+#[test]
+fn killing_the_engine_anywhere_in_cluster_mode_loses_nothing_and_runs_nothing_twice() {
+    // Each step holds its GPU as a folder while it works: a GPU given to two steps at once
+    // shows as a clash.
+    let pipeline = PIPELINE
+        .replace("resources: {cpu: 100m}", "resources: {cpu: 100m, gpu: 1}")
+        .replace(
+            "        sleep 0.3\n",
+            "        mkdir \"gpu-$CUDA_VISIBLE_DEVICES\" || echo \"$SLUICE_STEP $CUDA_VISIBLE_DEVICES\" >> clashes\n        sleep 0.3\n        rmdir \"gpu-$CUDA_VISIBLE_DEVICES\"\n",
+        );
+    assert!(pipeline.contains("mkdir"));
+    crash_rounds(
+        "crash-cluster",
+        0xc1a5,
+        &["--cluster", "cluster.yaml"],
+        &pipeline,
+    );
+}
+
+/// Rounds of: start the run, SIGKILL its engine at random moments, resume, kill again...
+/// then check every step ran once to completion.
+fn crash_rounds(tag: &str, seed: u64, extra: &[&str], pipeline: &str) {
+    let mut rng = Lcg(seed);
     let mut running_at_a_kill: BTreeSet<String> = BTreeSet::new();
     let mut kills = 0;
+    let mut run_args = vec!["run", "p.yaml"];
+    run_args.extend_from_slice(extra);
     for round in 0..5 {
-        let sb = Sandbox::new(&format!("crash{round}"));
-        sb.write("p.yaml", PIPELINE);
+        let sb = Sandbox::new(&format!("{tag}{round}"));
+        sb.write("p.yaml", pipeline);
+        sb.write("cluster.yaml", SMALL);
         std::fs::create_dir_all(sb.path().join("starts")).expect("mkdir");
         std::fs::create_dir_all(sb.path().join("done")).expect("mkdir");
         // The first engine may die before it has even recorded the run.
         let mut id = None;
         for _ in 0..5 {
-            kill_after(&sb, &["run", "p.yaml"], rng.next(5, 400));
+            kill_after(&sb, &run_args, rng.next(5, 400));
             kills += 1;
             let runs = sb.run(&["runs", "--output", "json"]);
             if runs.stdout.contains("\"id\"") {
@@ -107,7 +145,7 @@ fn killing_the_engine_anywhere_loses_nothing_and_runs_nothing_twice() {
             }
         }
         let id = id.unwrap_or_else(|| {
-            let out = sb.run(&["run", "p.yaml"]);
+            let out = sb.run(&run_args);
             assert_eq!(out.code, Some(0), "{}", out.stderr);
             sb.last_run()
         });
@@ -130,6 +168,8 @@ fn killing_the_engine_anywhere_loses_nothing_and_runs_nothing_twice() {
         );
         let status = sb.status(&id);
         assert_eq!(status["state"], "Succeeded", "round {round}: {status}");
+        let clashes = std::fs::read_to_string(sb.path().join("clashes")).unwrap_or_default();
+        assert!(clashes.is_empty(), "round {round}: GPUs given twice: {clashes}");
         for step in STEPS {
             assert_eq!(
                 count(&sb, "starts", step),
