@@ -104,6 +104,20 @@ spec:
         "reason: {reason}"
     );
     assert!(engine.wait().expect("engine ends").success());
+    // Status shows where each worker ran: one whole node each.
+    let status = sb.status(&sb.last_run());
+    let train = status["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "train"))
+        .expect("train in status");
+    let mut nodes: Vec<u64> = train["attempts"][0]["nodes"]
+        .as_array()
+        .expect("nodes of the gang's attempt")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, [0, 1], "{train}");
     let log = log(&sb);
     let hold_end = times(&log, "hold-end")[0];
     let workers: Vec<&(String, f64, String)> = log.iter().filter(|l| l.0 == "worker").collect();

@@ -72,6 +72,12 @@ pub struct AttemptView {
     /// The last value of each metric this attempt reported.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, f64>,
+    /// Cluster mode: the node (index into the Cluster's nodes, pool by pool) of each worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<usize>>,
+    /// The GPU indices it held, worker after worker (on its node, in cluster mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<u32>>,
 }
 
 fn summary(run: &RunRow) -> RunView {
@@ -113,6 +119,14 @@ pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Erro
                     .as_deref()
                     .and_then(|m| serde_json::from_str(m).ok())
                     .unwrap_or_default(),
+                nodes: a
+                    .nodes
+                    .as_deref()
+                    .and_then(|n| serde_json::from_str(n).ok()),
+                gpus: a
+                    .gpus
+                    .as_deref()
+                    .map(|g| g.split(',').filter_map(|x| x.parse().ok()).collect()),
             });
     }
     let mut v = summary(&run);
