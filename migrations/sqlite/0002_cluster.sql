@@ -20,3 +20,12 @@ CREATE TABLE waiting (
     submitted       BIGINT NOT NULL,        -- unix ms: when it started waiting (its age)
     PRIMARY KEY (run_id, step)
 );
+
+-- Trial-start rate limits (`maxTrialsPerMinute`), shared by every engine on the home: a
+-- generic cell rate algorithm, one row per team holding the earliest time (unix ms) its next
+-- trial may start. Taken in the transaction that starts the trial, so a token is spent only
+-- by a trial that starts.
+CREATE TABLE trial_starts (
+    team            TEXT PRIMARY KEY,
+    next_at         BIGINT NOT NULL
+);

@@ -169,7 +169,10 @@ fn crash_rounds(tag: &str, seed: u64, extra: &[&str], pipeline: &str) {
         let status = sb.status(&id);
         assert_eq!(status["state"], "Succeeded", "round {round}: {status}");
         let clashes = std::fs::read_to_string(sb.path().join("clashes")).unwrap_or_default();
-        assert!(clashes.is_empty(), "round {round}: GPUs given twice: {clashes}");
+        assert!(
+            clashes.is_empty(),
+            "round {round}: GPUs given twice: {clashes}"
+        );
         for step in STEPS {
             assert_eq!(
                 count(&sb, "starts", step),

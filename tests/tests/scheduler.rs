@@ -315,31 +315,39 @@ spec:
 fn trial_starts_keep_to_the_teams_rate_over_a_minute() {
     let sb = Sandbox::new("sched-rate");
     sb.write("cluster.yaml", CLUSTER);
-    // 60 trials a minute, burst 1; 62 trials, up to 20 at once: the rate, not parallelism or
-    // capacity, is what holds them back.
-    sb.write(
-        "sweep.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
+    // 60 trials a minute, burst 1, for the team as a whole: two sweeps of 31 trials each, in
+    // two engines, up to 20 at once each. The rate, not parallelism or capacity, holds them.
+    for name in ["rate-a", "rate-b"] {
+        sb.write(
+            &format!("{name}.yaml"),
+            &format!(
+                r#"apiVersion: sluice.dev/v1
 kind: Sweep
-metadata: {{name: rate, team: tuning}}
+metadata: {{name: {name}, team: tuning}}
 spec:
   objective: {{metric: loss, goal: minimize}}
   algorithm: {{name: random, seed: 1}}
-  budget: {{maxTrials: 62, parallelism: 20}}
+  budget: {{maxTrials: 31, parallelism: 20}}
   params:
     x: {{type: float, min: 0, max: 1}}
   trial:
     run: {start}; echo loss={{{{params.x}}}}
 "#,
-            start = note("trial", ""),
-        ),
-    );
-    let out = sb.run(&["sweep", "sweep.yaml", "--cluster", "cluster.yaml"]);
+                start = note("trial", name),
+            ),
+        );
+    }
+    let mut a = sb.spawn(&["sweep", "rate-a.yaml", "--cluster", "cluster.yaml"]);
+    let out = sb.run(&["sweep", "rate-b.yaml", "--cluster", "cluster.yaml"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let mut t = times(&log(&sb), "trial");
+    assert!(a.wait().expect("engine ends").success());
+    let log = log(&sb);
+    let mut t = times(&log, "trial");
     t.sort_by(f64::total_cmp);
     assert_eq!(t.len(), 62);
+    for name in ["rate-a", "rate-b"] {
+        assert_eq!(log.iter().filter(|l| l.2 == name).count(), 31, "{log:?}");
+    }
     // 61 intervals at one a second: 61 s, within 5%.
     let span = t[61] - t[0];
     assert!(

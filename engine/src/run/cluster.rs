@@ -9,12 +9,8 @@
 //! engines looking at the same rows decide alike; starting an attempt re-checks its nodes in
 //! the transaction that records it, so no node is ever overcommitted.
 
-use std::collections::{BTreeMap, HashMap};
-use std::num::NonZeroU32;
-use std::time::Duration;
+use std::collections::BTreeMap;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
 
 use crate::scheduler::config::Config;
@@ -49,8 +45,6 @@ impl Ask {
 pub struct Scheduling {
     pub spec: ClusterSpec,
     config: Config,
-    /// Trial starts per team, in this engine (`maxTrialsPerMinute`, burst 1).
-    limiters: HashMap<String, governor::DefaultDirectRateLimiter>,
 }
 
 /// What one cycle decided for this run's steps.
@@ -73,11 +67,7 @@ impl Scheduling {
             .scheduling
             .starvation_limit
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        Scheduling {
-            spec,
-            config,
-            limiters: HashMap::new(),
-        }
+        Scheduling { spec, config }
     }
 
     /// The request of one worker gang of `step`, for a run of `team`.
@@ -233,28 +223,10 @@ impl Scheduling {
         Some(out.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
     }
 
-    /// Takes a trial start for `team` from its `maxTrialsPerMinute` bucket (burst 1). Err: not
-    /// before this long.
-    pub fn take_trial_start(&mut self, team: &str) -> Result<(), Duration> {
-        let Some(per_minute) = self
-            .spec
-            .teams
-            .iter()
-            .find(|t| t.name == team)
-            .and_then(|t| t.max_trials_per_minute)
-        else {
-            return Ok(());
-        };
-        let limiter = self.limiters.entry(team.to_owned()).or_insert_with(|| {
-            let period = Duration::from_secs_f64(60.0 / per_minute.max(1) as f64);
-            let quota = Quota::with_period(period)
-                .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-                .allow_burst(NonZeroU32::MIN);
-            RateLimiter::direct(quota)
-        });
-        limiter
-            .check()
-            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    /// The interval between trial starts of `team` (ms), from its `maxTrialsPerMinute`.
+    pub fn trial_interval_ms(&self, team: &str) -> Option<i64> {
+        self.trial_rate(team)
+            .map(|per_minute| ((60_000.0 / per_minute.max(1) as f64).round() as i64).max(1))
     }
 
     /// The team's `maxTrialsPerMinute`, if it has one.

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::launch::{self, Scope, Stop};
 use super::state::{attempt as at, run as rs, step as st};
 use crate::spec::model::{Document, ForEach, ParamType, ParamValue, Pipeline, RetryOn, Step};
-use crate::store::{self, AttemptRow, Capacity, Change, Event, RunRow, StepRow, Store};
+use crate::store::{self, AttemptRow, Capacity, Change, Event, Placed, RunRow, StepRow, Store};
 use crate::time::{now_ms, now_rfc3339};
 
 /// How long a lease lasts without renewal; renewed every third of it.
@@ -584,7 +584,7 @@ impl Driver {
             if !self.queued.is_empty() && self.ready_queued() {
                 wait = wait.min(CAPACITY_POLL);
             }
-            if let Some(at) = self.rate_wake.take() {
+            if let Some(at) = self.rate_wake.filter(|&at| at > now_ms()) {
                 // A trial held back by its team's rate limit starts on time, not a poll late.
                 wait = wait.min(Duration::from_millis(
                     at.saturating_sub(now_ms()).max(0) as u64
@@ -1143,11 +1143,16 @@ impl Driver {
             let (Some(&idx), Some((ask, _))) = (self.by_name.get(&name), asks.get(&name)) else {
                 continue;
             };
-            if self.trial_steps.contains_key(&self.rows[idx].step)
-                && let Err(wait) = scheduling.take_trial_start(&ask.team)
+            let rate = self
+                .trial_steps
+                .contains_key(&self.rows[idx].step)
+                .then(|| scheduling.trial_interval_ms(&ask.team))
+                .flatten();
+            if rate.is_some()
+                && let Some(until) = self.rate_wake
+                && until > now_ms()
             {
-                let wake = now_ms() + i64::try_from(wait.as_millis()).unwrap_or(1000);
-                self.rate_wake = Some(self.rate_wake.map_or(wake, |w| w.min(wake)));
+                // Known not due yet: no launch is prepared only to be put back.
                 let reason = format!(
                     "waiting: team {} at its trial rate limit ({} per minute)",
                     ask.team,
@@ -1175,14 +1180,34 @@ impl Driver {
             };
             let placed = self
                 .store
-                .start_placed(&self.run.id, &ready.row, &ready.attempt, before, |held| {
-                    scheduling.place(held, ask, &nodes)
-                })
+                .start_placed(
+                    &self.run.id,
+                    &ready.row,
+                    &ready.attempt,
+                    before,
+                    rate.map(|interval| (ask.team.as_str(), interval)),
+                    now_ms(),
+                    |held| scheduling.place(held, ask, &nodes),
+                )
                 .await?;
-            let Some(gpus) = placed else {
-                // Another engine took the room first: it waits for the next cycle.
-                let _ = std::fs::remove_dir_all(&ready.dir);
-                continue;
+            let gpus = match placed {
+                Placed::Started(gpus) => gpus,
+                Placed::NoRoom => {
+                    // Another engine took the room first: it waits for the next cycle.
+                    let _ = std::fs::remove_dir_all(&ready.dir);
+                    continue;
+                }
+                Placed::RateLimited { until } => {
+                    let _ = std::fs::remove_dir_all(&ready.dir);
+                    self.rate_wake = Some(until);
+                    let reason = format!(
+                        "waiting: team {} at its trial rate limit ({} per minute)",
+                        ask.team,
+                        scheduling.trial_rate(&ask.team).unwrap_or(0)
+                    );
+                    self.show_wait(&name, reason, watcher);
+                    continue;
+                }
             };
             let assigned: Vec<u32> = gpus.split(',').filter_map(|g| g.parse().ok()).collect();
             self.launch_started(idx, ready, assigned, watcher).await?;

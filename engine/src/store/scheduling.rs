@@ -113,25 +113,49 @@ impl Store {
     }
 
     /// Commits `before`, then starts `attempt` (its `job` and `nodes` set) if `place`, given
-    /// what runs on the cluster now, still finds room on its nodes: `place` returns the GPU
-    /// indices (comma-separated, worker after worker; empty for none) or None. The attempt
-    /// and its step's `Running` are recorded, and the step leaves the waiting list, in one
-    /// transaction. Returns the GPU indices, or None when there is no room any more.
+    /// what runs on the cluster now, still finds room on its nodes (`place` returns the GPU
+    /// indices, comma-separated, worker after worker, empty for none; or None), and, for a
+    /// trial (`rate`: its team and the interval between its trial starts, in ms), if the
+    /// team's next start is due at `now`. The attempt and its step's `Running` are recorded,
+    /// the step leaves the waiting list and the team's next start moves on, in one
+    /// transaction.
     pub async fn start_placed(
         &self,
         run: &str,
         step: &StepRow,
         attempt: &AttemptRow,
         before: Change<'_>,
+        rate: Option<(&str, i64)>,
+        now: i64,
         place: impl FnOnce(&[Claim]) -> Option<String>,
-    ) -> Result<Option<String>, Error> {
+    ) -> Result<Placed, Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         apply(&mut tx, run, &before).await?;
         let held = running(&mut tx).await?;
         let Some(gpus) = place(&held) else {
             tx.commit().await?;
-            return Ok(None);
+            return Ok(Placed::NoRoom);
         };
+        if let Some((team, interval)) = rate {
+            let next: Option<i64> = sqlx::query("SELECT next_at FROM trial_starts WHERE team = ?")
+                .bind(team)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.get(0));
+            if let Some(next) = next
+                && next > now
+            {
+                tx.commit().await?;
+                return Ok(Placed::RateLimited { until: next });
+            }
+            // Burst 1 (a bucket of one token): the next start is one interval after this one.
+            let after = next.map_or(now, |n| n.max(now)) + interval;
+            sqlx::query("INSERT INTO trial_starts (team, next_at) VALUES (?, ?) ON CONFLICT (team) DO UPDATE SET next_at = excluded.next_at")
+                .bind(team)
+                .bind(after)
+                .execute(&mut *tx)
+                .await?;
+        }
         let gpu_list = (!gpus.is_empty()).then_some(gpus.as_str());
         sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, job, nodes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
             .bind(run)
@@ -164,6 +188,17 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(Some(gpus))
+        Ok(Placed::Started(gpus))
     }
+}
+
+/// What `start_placed` did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Placed {
+    /// Started, holding these GPU indices (comma-separated; empty for none).
+    Started(String),
+    /// Its nodes no longer have room (another engine took it first).
+    NoRoom,
+    /// Its team's next trial start is due at `until` (unix ms).
+    RateLimited { until: i64 },
 }
