@@ -8,6 +8,8 @@
 # Knobs (environment): STEPS="1000 10000"  PARALLELISM=2  RUNS=3  NO_BUILD=1
 #   SLUICE=PATH (default target/release/sluice; sluice-runtime is taken from beside it)
 #   KEEP=1 keeps the homes (printed at the end) for a look at what a run leaves
+#   CLUSTER=1 also runs each pipeline with `--cluster` (one virtual node of this machine's
+#     cores): the scheduler's cycle and its rows, next to the machine's pool, in the same run
 #
 # Homes are fresh folders of one temporary folder, deleted only at the end: ext4 slows down
 # creating files next to many just-deleted ones (it skips "recently deleted" inodes), and
@@ -90,4 +92,24 @@ for n in $STEPS; do
     printf "| %d | xargs -P%d sh -c true | %.2f | 1.00 | %.2f | |\n", n, p, f/1e6, f/1e3/n
     printf "| %d | sluice run (parallelism %d) | %.2f | %.2f | %.2f | %.0f |\n", n, p, w/1e6, w/f, w/1e3/n, r/1024
   }'
+  if [[ -n ${CLUSTER:-} ]]; then
+    cluster=$OUT/noop-cluster.yaml
+    printf 'apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: here}\nspec:\n  pools:\n    - {name: here, nodes: 1, resources: {cpu: %d, memory: 64Gi}}\n' "$(nproc)" > "$cluster"
+    walls=(); rss=()
+    for r in $(seq "$RUNS"); do
+      home=$HOMES/noop-cluster-$n-$r
+      log "$n steps with --cluster, run $r of $RUNS"
+      t0=${EPOCHREALTIME//[.,]/}
+      SLUICE_HOME=$home /usr/bin/time -f '%M' -o "$RSS_FILE" "$SLUICE" run "$file" --cluster "$cluster" >/dev/null 2>"$ERR" \
+        || { cat "$ERR" >&2; die "sluice run $file --cluster failed"; }
+      t1=${EPOCHREALTIME//[.,]/}
+      walls+=($((t1 - t0)))
+      rss+=("$(tail -n 1 "$RSS_FILE")")
+    done
+    wall_us=$(printf '%s\n' "${walls[@]}" | median)
+    rss_kib=$(printf '%s\n' "${rss[@]}" | median)
+    awk -v n="$n" -v p="$P" -v f="$floor_us" -v w="$wall_us" -v r="$rss_kib" 'BEGIN {
+      printf "| %d | sluice run --cluster (parallelism %d) | %.2f | %.2f | %.2f | %.0f |\n", n, p, w/1e6, w/f, w/1e3/n, r/1024
+    }'
+  fi
 done

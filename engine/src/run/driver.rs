@@ -34,6 +34,8 @@ const REATTACHED_POLL: Duration = Duration::from_millis(200);
 const CANCEL_POLL: Duration = Duration::from_millis(300);
 /// How often a step waiting for CPU or memory held by other runs tries again.
 const CAPACITY_POLL: Duration = Duration::from_millis(100);
+/// Cluster mode: at most this many steps of one run wait on the cluster at once.
+const MAX_WAITING: usize = 256;
 /// How long an attempt's runtime may stay silent (no heartbeat) before the attempt is declared
 /// lost: `runtime.heartbeatTimeout` of the contract, 60 s; `SLUICE_HEARTBEAT_TIMEOUT` (a
 /// duration such as `5s`) until Cluster files are read.
@@ -181,6 +183,8 @@ pub struct Driver {
     scheduling: Option<super::cluster::Scheduling>,
     /// Whether the run has a Cluster (`scheduling` is taken out while a cycle runs).
     cluster_mode: bool,
+    /// Cluster mode: whether this run has steps in the store's waiting list.
+    registered: bool,
     /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
     rate_wake: Option<i64>,
 }
@@ -383,6 +387,8 @@ impl Driver {
             to_terminate: Vec::new(),
             uploads: tokio::task::JoinSet::new(),
             cluster_mode: scheduling.is_some(),
+            // A run resumed may have rows there from its last engine: cleared at the first cycle.
+            registered: true,
             scheduling,
             rate_wake: None,
         };
@@ -1072,8 +1078,7 @@ impl Driver {
             .copied()
             .filter(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
             .collect();
-        let mut mine = Vec::with_capacity(ready.len());
-        let mut asks = HashMap::with_capacity(ready.len());
+        let mut candidates = Vec::with_capacity(ready.len());
         for idx in ready {
             let on_exit = self.is_on_exit(&self.rows[idx]);
             if (self.cancelling || self.failed_fast) && !on_exit {
@@ -1087,12 +1092,34 @@ impl Driver {
                 continue;
             }
             let ask = scheduling.ask(&self.run.team, self.step_of(&self.rows[idx]));
+            candidates.push((idx, ask));
+        }
+        // Only the steps this run could start now (its parallelism's room, at most
+        // MAX_WAITING) wait on the cluster, highest priority first: the others could not start
+        // whatever the cycle said, and leaving them out keeps each cycle's cost bounded.
+        let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
+        let room = limit.saturating_sub(self.live.len()).min(MAX_WAITING);
+        candidates.sort_by_key(|(idx, ask)| (std::cmp::Reverse(ask.priority), *idx));
+        for (idx, _) in candidates.iter().skip(room) {
+            let reason = if room < MAX_WAITING {
+                format!("waiting: the pipeline's parallelism ({limit}) is reached")
+            } else {
+                format!("waiting: behind {MAX_WAITING} earlier steps of this run")
+            };
+            let name = self.rows[*idx].name.clone();
+            self.show_wait(&name, reason, watcher);
+        }
+        candidates.truncate(room);
+        if candidates.is_empty() && !self.registered {
+            return Ok(());
+        }
+        self.registered = !candidates.is_empty();
+        let mut mine = Vec::with_capacity(candidates.len());
+        let mut asks = HashMap::with_capacity(candidates.len());
+        for (idx, ask) in candidates {
             let json = serde_json::to_string(&ask).unwrap_or_default();
             mine.push((self.rows[idx].name.clone(), json));
             asks.insert(self.rows[idx].name.clone(), (ask, mine.len() - 1));
-        }
-        if mine.is_empty() {
-            return Ok(());
         }
         let Pending {
             steps,
