@@ -36,6 +36,10 @@ pub struct Settings {
     /// A step waiting longer than this (in the unit of `Job::submitted`) reserves capacity:
     /// until it starts, nothing else does. None: no reservations.
     pub starvation_limit: Option<u64>,
+    /// The preemption grace period (in the unit of `Job::submitted`): a running step that
+    /// started less than this long ago is never chosen as a victim, so that what was just
+    /// admitted is not preempted again at once (preemption thrashing).
+    pub grace: u64,
     /// The cycle's time, in the unit of `Job::submitted`.
     pub now: u64,
 }
@@ -49,6 +53,7 @@ impl Default for Settings {
             reclaim: true,
             within_team: true,
             starvation_limit: None,
+            grace: 30,
             now: 0,
         }
     }
@@ -85,28 +90,38 @@ pub fn usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
     usage
 }
 
-/// One cycle over the waiting steps. Deterministic: the same input gives the same decisions.
+/// One cycle over the waiting steps. Deterministic: the same input gives the same decisions,
+/// whatever the order of `waiting`.
 pub fn cycle(
     cluster: &Cluster,
     running: &[Running],
     waiting: &[Job],
     settings: &Settings,
 ) -> Vec<Decision> {
-    let mut free = free_of(cluster, running);
-    let mut usage = usage_of(cluster, running);
-    if let Some(limit) = settings.starvation_limit
-        && let Some(starving) = waiting
-            .iter()
-            .filter(|j| j.submitted.saturating_add(limit) <= settings.now)
-            .filter(|j| {
-                cluster.teams[j.team]
-                    .ceiling()
-                    .is_none_or(|c| (usage[j.team] + j.demand()).fits_in(c))
-            })
-            .min_by_key(|j| (j.submitted, j.id))
-        && placement::place(cluster, &free, starving, settings.placement).is_none()
+    let mut st = State {
+        free: free_of(cluster, running),
+        usage: usage_of(cluster, running),
+        victims: BTreeSet::new(),
+        reserved: BTreeSet::new(),
+    };
+    let mut out = Vec::with_capacity(waiting.len());
+    // The oldest starving step that could ever start goes first; if it cannot start now, it
+    // reserves the nodes it will take, and nothing new starts on them until it has.
+    let starving = starving(cluster, waiting, &st.usage, settings);
+    let mut reservation: Option<(u64, usize)> = None;
+    if let Some(s) = starving
+        && let Some(why) = try_start(cluster, running, s, None, &mut st, settings, &mut out)
     {
-        return reserve(cluster, &free, &usage, waiting, starving);
+        st.reserved = reservation_for(cluster, running, &st.free, s, settings);
+        let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
+        out.push(Decision::Wait {
+            job: s.id,
+            reason: format!(
+                "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
+                nodes.join(", ")
+            ),
+        });
+        reservation = Some((s.id, queue_of(s, settings)));
     }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.
@@ -115,23 +130,24 @@ pub fn cycle(
         _ => (-j.priority, j.submitted, j.id),
     };
     let mut queues: BTreeMap<usize, Vec<&Job>> = BTreeMap::new();
-    for j in waiting {
-        let q = if settings.policy == Policy::Fair {
-            j.team
-        } else {
-            0
-        };
-        queues.entry(q).or_default().push(j);
+    for j in waiting
+        .iter()
+        .filter(|j| starving.is_none_or(|s| s.id != j.id))
+    {
+        queues.entry(queue_of(j, settings)).or_default().push(j);
     }
     for q in queues.values_mut() {
         q.sort_by_key(|j| key(j));
         q.reverse(); // popped from the end
     }
-    let mut out = Vec::with_capacity(waiting.len());
-    // Running steps already chosen as victims this cycle.
-    let mut victims: BTreeSet<u64> = BTreeSet::new();
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
+    if !settings.backfill
+        && let Some((id, q)) = reservation
+    {
+        blocked.insert(q);
+        heads.insert(q, id);
+    }
     loop {
         let next = queues
             .iter()
@@ -143,8 +159,8 @@ pub fn cycle(
                 }
                 let rank = |t: usize, j: &Job| {
                     let team = &cluster.teams[t];
-                    let under = (usage[t] + j.demand()).fits_in(team.quota);
-                    let share = usage[t].dominant_share(total) / team.weight.max(1e-9);
+                    let under = (st.usage[t] + j.demand()).fits_in(team.quota);
+                    let share = st.usage[t].dominant_share(total) / team.weight.max(1e-9);
                     (!under, share)
                 };
                 let (ra, rb) = (rank(**qa, ja), rank(**qb, jb));
@@ -155,79 +171,14 @@ pub fn cycle(
         let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
             break;
         };
-        let team = &cluster.teams[job.team];
-        let demand = job.demand();
-        if settings.policy == Policy::Fair
-            && let Some(ceiling) = team.ceiling()
-            && !(usage[job.team] + demand).fits_in(ceiling)
-        {
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: format!(
-                    "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
-                    team.name, usage[job.team], ceiling, demand
-                ),
-            });
+        let closed = reservation.map(|(id, _)| id);
+        let Some(why) = try_start(cluster, running, job, closed, &mut st, settings, &mut out)
+        else {
             continue;
-        }
-        if let Some(nodes) = placement::place(cluster, &free, job, settings.placement) {
-            for &n in &nodes {
-                free[n] = free[n].saturating_sub(job.per_worker);
-            }
-            usage[job.team] += demand;
-            out.push(Decision::Admit { job: job.id, nodes });
-            continue;
-        }
-        let under_quota = (usage[job.team] + demand).fits_in(team.quota);
-        if settings.policy == Policy::Fair
-            && settings.reclaim
-            && under_quota
-            && let Some(chosen) = reclaim(cluster, running, &free, &usage, &victims, job, settings)
-        {
-            let n = chosen.len();
-            for v in chosen {
-                // Its team still holds it until it has stopped.
-                victims.insert(v.job.id);
-                out.push(Decision::Preempt {
-                    victim: v.job.id,
-                    job: job.id,
-                });
-            }
-            // The room is this step's once the victims have stopped: hold it now.
-            usage[job.team] += demand;
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: format!(
-                    "team {} is under its quota: {n} borrowed step(s) of other teams are being preempted to make room",
-                    team.name
-                ),
-            });
-            continue;
-        }
-        if settings.within_team
-            && settings.policy != Policy::Fifo
-            && let Some(chosen) = lower_priority(cluster, running, &free, &victims, job, settings)
-        {
-            let n = chosen.len();
-            for v in chosen {
-                victims.insert(v.job.id);
-                out.push(Decision::Preempt {
-                    victim: v.job.id,
-                    job: job.id,
-                });
-            }
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: format!(
-                    "{n} lower-priority step(s) of team {} are being preempted to make room",
-                    team.name
-                ),
-            });
-            continue;
-        }
+        };
         out.push(Decision::Wait {
             job: job.id,
-            reason: why_not(cluster, &free, &usage, job),
+            reason: why,
         });
         if !settings.backfill {
             blocked.insert(q);
@@ -249,32 +200,245 @@ pub fn cycle(
     out
 }
 
-/// The oldest step has starved and does not fit: it keeps the capacity that frees up, and
-/// nothing else starts until it has.
-fn reserve(
+/// What the cycle has given away so far.
+struct State {
+    /// Each node's free resources, less what was admitted or held this cycle.
+    free: Vec<Res>,
+    /// What each team holds, with what was admitted or held this cycle.
+    usage: Vec<Res>,
+    /// Running steps already chosen as victims this cycle.
+    victims: BTreeSet<u64>,
+    /// Nodes reserved for a starving step: nothing else starts on them.
+    reserved: BTreeSet<usize>,
+}
+
+fn queue_of(j: &Job, settings: &Settings) -> usize {
+    if settings.policy == Policy::Fair {
+        j.team
+    } else {
+        0
+    }
+}
+
+/// Whether `job` could start on the empty cluster within its team's ceiling (quota plus
+/// borrow limit, which only `fair` enforces). A step that never could gets no reservation.
+pub(super) fn could_ever_start(cluster: &Cluster, job: &Job, settings: &Settings) -> bool {
+    let empty: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+    placement::place(cluster, &empty, job, settings.placement).is_some()
+        && (settings.policy != Policy::Fair
+            || cluster.teams[job.team]
+                .ceiling()
+                .is_none_or(|c| job.demand().fits_in(c)))
+}
+
+/// The step owed a reservation: the oldest (then lowest id) of those waiting past the
+/// starvation limit that could ever start and that its team's ceiling lets start now.
+pub(super) fn starving<'a>(
     cluster: &Cluster,
-    free: &[Res],
+    waiting: &'a [Job],
     usage: &[Res],
-    waiting: &[Job],
-    starving: &Job,
-) -> Vec<Decision> {
+    settings: &Settings,
+) -> Option<&'a Job> {
+    let limit = settings.starvation_limit?;
     waiting
         .iter()
-        .map(|j| Decision::Wait {
-            job: j.id,
-            reason: if j.id == starving.id {
+        .filter(|j| j.submitted.saturating_add(limit) <= settings.now)
+        .filter(|j| {
+            settings.policy != Policy::Fair
+                || cluster.teams[j.team]
+                    .ceiling()
+                    .is_none_or(|c| (usage[j.team] + j.demand()).fits_in(c))
+        })
+        .filter(|j| could_ever_start(cluster, j, settings))
+        .min_by_key(|j| (j.submitted, j.id))
+}
+
+/// The nodes a starving step will take once what runs on them has stopped. Its pools' nodes
+/// are taken in order of when they are likely to free up (empty ones first, then those whose
+/// youngest step started longest ago), then the most free now, then the lowest index, until
+/// the gang fits on them as if they were empty; the nodes that placement uses are reserved.
+/// Nodes so reserved only drain (nothing new starts there), so the step starts at the latest
+/// once the steps running on them when the reservation was made have stopped.
+pub(super) fn reservation_for(
+    cluster: &Cluster,
+    running: &[Running],
+    free: &[Res],
+    job: &Job,
+    settings: &Settings,
+) -> BTreeSet<usize> {
+    let mut youngest: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
+    for r in running {
+        for &n in &r.nodes {
+            youngest[n] = youngest[n].max(Some(r.started));
+        }
+    }
+    let mut order: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&n| placement::pool_admits(cluster, cluster.nodes[n].pool, job))
+        .collect();
+    order.sort_by_key(|&n| (youngest[n], std::cmp::Reverse(free[n]), n));
+    let mut empty = vec![Res::ZERO; cluster.nodes.len()];
+    for &n in &order {
+        empty[n] = cluster.nodes[n].capacity;
+        if let Some(nodes) = placement::place(cluster, &empty, job, settings.placement) {
+            return nodes.into_iter().collect();
+        }
+    }
+    order.into_iter().collect()
+}
+
+/// Admits `job`, or preempts for it, recording the decisions; otherwise returns why it
+/// waits. `reserved_for`: the starving step the reserved nodes are kept for (None when `job`
+/// is that step, or nothing is reserved).
+fn try_start(
+    cluster: &Cluster,
+    running: &[Running],
+    job: &Job,
+    reserved_for: Option<u64>,
+    st: &mut State,
+    settings: &Settings,
+    out: &mut Vec<Decision>,
+) -> Option<String> {
+    let team = &cluster.teams[job.team];
+    let demand = job.demand();
+    if settings.policy == Policy::Fair
+        && let Some(ceiling) = team.ceiling()
+        && !(st.usage[job.team] + demand).fits_in(ceiling)
+    {
+        return Some(format!(
+            "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
+            team.name, st.usage[job.team], ceiling, demand
+        ));
+    }
+    let open = BTreeSet::new();
+    let closed: &BTreeSet<usize> = match reserved_for {
+        Some(_) => &st.reserved,
+        None => &open,
+    };
+    // What this step may use: reserved nodes look full.
+    let mut visible = st.free.clone();
+    for &n in closed {
+        visible[n] = Res::ZERO;
+    }
+    if let Some(nodes) = placement::place(cluster, &visible, job, settings.placement) {
+        for &n in &nodes {
+            st.free[n] = st.free[n].saturating_sub(job.per_worker);
+        }
+        st.usage[job.team] += demand;
+        out.push(Decision::Admit { job: job.id, nodes });
+        return None;
+    }
+    let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
+    let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
+    let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
+    let find = |settings: &Settings, st: &State| {
+        if may_reclaim
+            && let Some(chosen) = reclaim(cluster, running, &visible, closed, st, job, settings)
+        {
+            return Some((true, chosen));
+        }
+        if may_preempt
+            && let Some(chosen) = lower_priority(
+                cluster,
+                running,
+                &visible,
+                closed,
+                &st.victims,
+                job,
+                settings,
+            )
+        {
+            return Some((false, chosen));
+        }
+        None
+    };
+    if let Some((reclaimed, chosen)) = find(settings, st) {
+        let closed = closed.clone();
+        hold(cluster, &mut st.free, &chosen, &closed, job, settings);
+        let n = chosen.len();
+        for v in chosen {
+            // Its team still holds it until it has stopped.
+            st.victims.insert(v.job.id);
+            out.push(Decision::Preempt {
+                victim: v.job.id,
+                job: job.id,
+            });
+        }
+        if reclaimed {
+            // The room is this step's once the victims have stopped: hold it now.
+            st.usage[job.team] += demand;
+            return Some(format!(
+                "team {} is under its quota: {n} borrowed step(s) of other teams are being preempted to make room",
+                team.name
+            ));
+        }
+        return Some(format!(
+            "{n} lower-priority step(s) of team {} are being preempted to make room",
+            team.name
+        ));
+    }
+    if let Some(id) = reserved_for
+        && placement::place(cluster, &st.free, job, settings.placement).is_some()
+    {
+        return Some(format!(
+            "capacity is reserved for step {id}, which has waited past the starvation limit"
+        ));
+    }
+    if settings.grace > 0 {
+        let patient = Settings {
+            grace: 0,
+            ..settings.clone()
+        };
+        if let Some((reclaimed, _)) = find(&patient, st) {
+            let whose = if reclaimed {
                 format!(
-                    "past the starvation limit: capacity is reserved for it as it frees up; {}",
-                    why_not(cluster, free, usage, j)
+                    "team {} is under its quota, but the borrowed steps in its way",
+                    team.name
                 )
             } else {
-                format!(
-                    "capacity is reserved for step {}, which has waited past the starvation limit",
-                    starving.id
-                )
-            },
-        })
-        .collect()
+                format!("the lower-priority steps of team {} in its way", team.name)
+            };
+            return Some(format!(
+                "{whose} started less than the grace period ({}s) ago; preempted after that",
+                settings.grace
+            ));
+        }
+    }
+    Some(why_not(cluster, &st.free, &st.usage, job))
+}
+
+/// Holds for `job` the room its victims will free, and what else its placement needs of the
+/// free room now, so that no later step of this cycle takes it.
+fn hold(
+    cluster: &Cluster,
+    free: &mut [Res],
+    victims: &[&Running],
+    closed: &BTreeSet<usize>,
+    job: &Job,
+    settings: &Settings,
+) {
+    let mut release = vec![Res::ZERO; free.len()];
+    for v in victims {
+        for &n in v.nodes.iter().filter(|n| !closed.contains(n)) {
+            release[n] += v.job.per_worker;
+        }
+    }
+    let mut after: Vec<Res> = free.iter().zip(&release).map(|(f, r)| *f + *r).collect();
+    for &n in closed {
+        after[n] = Res::ZERO;
+    }
+    if let Some(nodes) = placement::place(cluster, &after, job, settings.placement) {
+        for n in nodes {
+            let rest = job.per_worker.saturating_sub(release[n]);
+            release[n] = release[n].saturating_sub(job.per_worker);
+            free[n] = free[n].saturating_sub(rest);
+        }
+    }
+}
+
+/// Whether a running step is old enough to be preempted: it started at least one grace
+/// period ago.
+fn preemptible(r: &Running, settings: &Settings) -> bool {
+    settings.now >= r.started.saturating_add(settings.grace)
 }
 
 /// Running steps of teams above their quota whose stopping lets `job` fit, best victims
@@ -284,19 +448,21 @@ fn reclaim<'a>(
     cluster: &Cluster,
     running: &'a [Running],
     free: &[Res],
-    usage: &[Res],
-    taken: &BTreeSet<u64>,
+    closed: &BTreeSet<usize>,
+    st: &State,
     job: &Job,
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
     // What each team will hold once the victims already chosen this cycle have stopped.
-    let mut usage = usage.to_vec();
+    let taken = &st.victims;
+    let mut usage = st.usage.clone();
     for r in running.iter().filter(|r| taken.contains(&r.job.id)) {
         usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
     }
     let mut candidates: Vec<&Running> = running
         .iter()
         .filter(|r| r.job.team != job.team && !taken.contains(&r.job.id))
+        .filter(|r| preemptible(r, settings))
         .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
@@ -309,13 +475,11 @@ fn reclaim<'a>(
                 .quota
                 .fits_in(usage[r.job.team].saturating_sub(r.job.demand()))
         {
-            for &n in &r.nodes {
-                free[n] += r.job.per_worker;
-            }
+            release(&mut free, r, closed);
             usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
             chosen.push(r);
             if placement::place(cluster, &free, job, settings.placement).is_some() {
-                return Some(prune(cluster, free, chosen, job, settings));
+                return Some(prune(cluster, free, chosen, closed, job, settings));
             }
         }
     }
@@ -328,6 +492,7 @@ fn lower_priority<'a>(
     cluster: &Cluster,
     running: &'a [Running],
     free: &[Res],
+    closed: &BTreeSet<usize>,
     taken: &BTreeSet<u64>,
     job: &Job,
     settings: &Settings,
@@ -335,22 +500,30 @@ fn lower_priority<'a>(
     let mut candidates: Vec<&Running> = running
         .iter()
         .filter(|r| {
-            r.job.team == job.team && r.job.priority < job.priority && !taken.contains(&r.job.id)
+            r.job.team == job.team
+                && r.job.priority < job.priority
+                && !taken.contains(&r.job.id)
+                && preemptible(r, settings)
         })
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
-        for &n in &r.nodes {
-            free[n] += r.job.per_worker;
-        }
+        release(&mut free, r, closed);
         chosen.push(r);
         if placement::place(cluster, &free, job, settings.placement).is_some() {
-            return Some(prune(cluster, free, chosen, job, settings));
+            return Some(prune(cluster, free, chosen, closed, job, settings));
         }
     }
     None
+}
+
+/// Adds what `r` holds to `free`, except on `closed` (reserved) nodes, which stay full.
+fn release(free: &mut [Res], r: &Running, closed: &BTreeSet<usize>) {
+    for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
+        free[n] += r.job.per_worker;
+    }
 }
 
 /// The spec's victim order: interruptible and checkpointed first, then the least work lost
@@ -371,6 +544,7 @@ fn prune<'a>(
     cluster: &Cluster,
     mut free: Vec<Res>,
     mut chosen: Vec<&'a Running>,
+    closed: &BTreeSet<usize>,
     job: &Job,
     settings: &Settings,
 ) -> Vec<&'a Running> {
@@ -378,15 +552,13 @@ fn prune<'a>(
     while i > 0 {
         i -= 1;
         let r = chosen[i];
-        for &n in &r.nodes {
+        for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
             free[n] = free[n].saturating_sub(r.job.per_worker);
         }
         if placement::place(cluster, &free, job, settings.placement).is_some() {
             chosen.remove(i);
         } else {
-            for &n in &r.nodes {
-                free[n] += r.job.per_worker;
-            }
+            release(&mut free, r, closed);
         }
     }
     chosen

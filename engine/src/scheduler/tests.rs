@@ -160,7 +160,12 @@ fn a_team_under_quota_reclaims_what_another_borrowed() {
             work_at_risk: 100 * i as u64,
         });
     }
-    let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &Settings::default());
+    // An hour on: the borrowed steps are older than the grace period.
+    let later = Settings {
+        now: 3600,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &later);
     let victims: Vec<u64> = d
         .iter()
         .filter_map(|x| match x {
@@ -180,12 +185,26 @@ fn a_team_under_quota_reclaims_what_another_borrowed() {
     // Without reclaim it only waits, saying what its quota holds.
     let no = Settings {
         reclaim: false,
-        ..Settings::default()
+        ..later.clone()
     };
     let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &no);
     assert!(!d.iter().any(|x| matches!(x, Decision::Preempt { .. })));
     assert!(
         reason(&d, 1).contains("holds nothing of its quota 4 GPU"),
+        "{d:?}"
+    );
+    // Within the grace period of their start, borrowed steps are not preempted, and it says so.
+    let soon = Settings {
+        now: 20,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &soon);
+    assert!(
+        !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
+        "{d:?}"
+    );
+    assert!(
+        reason(&d, 1).contains("started less than the grace period (30s) ago"),
         "{d:?}"
     );
 }
@@ -213,7 +232,11 @@ fn the_best_victim_is_the_interruptible_checkpointed_one() {
             work_at_risk: 500,
         },
     ];
-    let d = cycle(&c, &running, &[job(1, 0, 1, 2)], &Settings::default());
+    let later = Settings {
+        now: 3600,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[job(1, 0, 1, 2)], &later);
     assert_eq!(d[0], Decision::Preempt { victim: 11, job: 1 }, "{d:?}");
     assert_eq!(d.len(), 2, "{d:?}");
 }
@@ -232,20 +255,19 @@ fn a_higher_priority_step_preempts_a_lower_one_of_its_team_only() {
         started: 0,
         work_at_risk: 0,
     }];
+    let later = Settings {
+        now: 3600,
+        ..Settings::default()
+    };
     let mut prod = job(1, 0, 1, 4);
     prod.priority = 1000;
-    let d = cycle(
-        &c,
-        &running,
-        std::slice::from_ref(&prod),
-        &Settings::default(),
-    );
+    let d = cycle(&c, &running, std::slice::from_ref(&prod), &later);
     assert_eq!(d[0], Decision::Preempt { victim: 10, job: 1 }, "{d:?}");
     // Another team's production step does not preempt across teams (nothing is borrowed
     // beyond a quota here: neither team has one).
     let mut other = prod.clone();
     other.team = 1;
-    let d = cycle(&c, &running, &[other], &Settings::default());
+    let d = cycle(&c, &running, &[other], &later);
     assert!(
         !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
         "{d:?}"
@@ -253,13 +275,24 @@ fn a_higher_priority_step_preempts_a_lower_one_of_its_team_only() {
     // withinTeam: never.
     let never = Settings {
         within_team: false,
-        ..Settings::default()
+        ..later.clone()
     };
-    let d = cycle(&c, &running, &[prod], &never);
+    let d = cycle(&c, &running, std::slice::from_ref(&prod), &never);
     assert!(
         !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
         "{d:?}"
     );
+    // A step that started less than a grace period ago is not preempted.
+    let soon = Settings {
+        now: 29,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[prod], &soon);
+    assert!(
+        !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
+        "{d:?}"
+    );
+    assert!(reason(&d, 1).contains("grace period (30s)"), "{d:?}");
 }
 
 #[test]
@@ -383,6 +416,7 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
         .prop_map(|(c, first, queue, (backfill, reclaim, p))| {
             let settings = Settings {
                 starvation_limit: (p % 4 == 0).then_some(500),
+                grace: 30,
                 now: 1200,
                 within_team: p % 5 != 0,
                 policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
