@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::admission::{free_of, usage_of};
+use super::admission::{self, free_of, usage_of};
 use super::*;
 
 const GI: u64 = 1 << 30;
@@ -326,7 +326,112 @@ fn a_starving_gang_reserves_capacity_and_nothing_backfills_it() {
     let d = cycle(&c, &running, &[gang, small], &late);
     assert!(admitted(&d).is_empty(), "{d:?}");
     assert!(reason(&d, 1).contains("starvation limit"), "{d:?}");
+    assert!(reason(&d, 1).contains("node(s) 0, 1 are reserved"), "{d:?}");
     assert!(reason(&d, 2).contains("reserved for step 1"), "{d:?}");
+    // Once what ran there has stopped, the gang starts first.
+    let d = cycle(&c, &[], &[job(1, 0, 2, 4), job(2, 0, 1, 1)], &late);
+    assert_eq!(admitted(&d).len(), 1, "{d:?}");
+    assert!(admitted(&d).contains_key(&1), "{d:?}");
+}
+
+/// Two nodes of 4 GPUs, one 1-GPU step running on node 1 since time `started`.
+fn on_node_1(id: u64, gpu: u64, started: u64) -> Running {
+    Running {
+        job: job(id, 0, 1, gpu),
+        nodes: vec![1],
+        started,
+        work_at_risk: 0,
+    }
+}
+
+#[test]
+fn a_gang_that_can_never_fit_reserves_nothing() {
+    let late = Settings {
+        starvation_limit: Some(100),
+        now: 1000,
+        ..Settings::default()
+    };
+    // Three whole nodes on a cluster of two: no reservation, the small step starts.
+    let c = cluster(2, vec![team("t", 1.0, 0, None)]);
+    let never = job(1, 0, 3, 4);
+    let d = cycle(&c, &[on_node_1(10, 1, 0)], &[never, job(2, 0, 1, 1)], &late);
+    assert!(admitted(&d).contains_key(&2), "{d:?}");
+    assert!(!reason(&d, 1).contains("starvation"), "{d:?}");
+    assert!(reason(&d, 1).contains("free room for"), "{d:?}");
+    // More than its team may ever hold (quota 0 + borrowLimit 4): the same.
+    let c = cluster(2, vec![team("t", 1.0, 0, Some(4)), team("u", 1.0, 0, None)]);
+    let too_big = job(1, 0, 2, 4);
+    let d = cycle(
+        &c,
+        &[on_node_1(10, 1, 0)],
+        &[too_big, job(2, 1, 1, 1)],
+        &late,
+    );
+    assert!(admitted(&d).contains_key(&2), "{d:?}");
+    assert!(reason(&d, 1).contains("at its limit"), "{d:?}");
+}
+
+#[test]
+fn a_reservation_on_some_nodes_lets_others_start_on_the_rest() {
+    // Four nodes of 4 GPUs, partly used; the steps on nodes 2 and 0 started first.
+    let c = cluster(4, vec![team("t", 1.0, 0, None)]);
+    let at = |id: u64, node: usize, gpu: u64, started: u64| Running {
+        job: job(id, 0, 1, gpu),
+        nodes: vec![node],
+        started,
+        work_at_risk: 0,
+    };
+    let running = vec![
+        at(10, 0, 2, 10),
+        at(11, 1, 2, 20),
+        at(12, 2, 3, 5),
+        at(13, 3, 1, 30),
+    ];
+    let late = Settings {
+        starvation_limit: Some(100),
+        now: 1000,
+        ..Settings::default()
+    };
+    // A 2 x 4 GPU gang has starved; a 3-GPU, then two 2-GPU steps wait behind it.
+    let waiting = vec![
+        job(1, 0, 2, 4),
+        job(2, 0, 1, 3),
+        job(3, 0, 1, 2),
+        job(4, 0, 1, 2),
+    ];
+    let d = cycle(&c, &running, &waiting, &late);
+    assert!(reason(&d, 1).contains("node(s) 0, 2 are reserved"), "{d:?}");
+    let a = admitted(&d);
+    assert_eq!(a.get(&2), Some(&vec![3]), "{d:?}");
+    assert_eq!(a.get(&3), Some(&vec![1]), "{d:?}");
+    // The last one would fit only on a reserved node.
+    assert!(!a.contains_key(&4), "{d:?}");
+    assert!(reason(&d, 4).contains("reserved for step 1"), "{d:?}");
+    // Without the starvation limit, binpack would have used the reserved nodes.
+    let d = cycle(
+        &c,
+        &running,
+        &waiting,
+        &Settings {
+            starvation_limit: None,
+            ..late.clone()
+        },
+    );
+    let used: BTreeSet<usize> = admitted(&d).values().flatten().copied().collect();
+    assert!(used.contains(&0) || used.contains(&2), "{d:?}");
+    // Once the steps on the reserved nodes end, the gang starts there, though the others
+    // still run.
+    let mut rest: Vec<Running> = running
+        .iter()
+        .filter(|r| r.nodes != [0] && r.nodes != [2])
+        .cloned()
+        .collect();
+    rest.push(at(2, 3, 3, 1000));
+    rest.push(at(3, 1, 2, 1000));
+    let d = cycle(&c, &rest, &[job(1, 0, 2, 4), job(4, 0, 1, 2)], &late);
+    let mut nodes = admitted(&d)[&1].clone();
+    nodes.sort_unstable();
+    assert_eq!(nodes, vec![0, 2], "{d:?}");
 }
 
 #[test]
@@ -410,14 +515,16 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
                 Just(c),
                 arb_jobs(n, 0),
                 arb_jobs(n, 1000),
-                any::<(bool, bool, u8)>(),
+                any::<(bool, bool, u8, bool)>(),
             )
         })
-        .prop_map(|(c, first, queue, (backfill, reclaim, p))| {
+        .prop_map(|(c, first, queue, (backfill, reclaim, p, late))| {
+            // Late: the first half of the queue has waited past the starvation limit.
+            let now = if late { 1510 } else { 1200 };
             let settings = Settings {
                 starvation_limit: (p % 4 == 0).then_some(500),
                 grace: 30,
-                now: 1200,
+                now,
                 within_team: p % 5 != 0,
                 policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
                 placement: if p % 2 == 0 {
@@ -435,7 +542,8 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
                 .filter_map(|j| {
                     let nodes = a.get(&j.id)?.clone();
                     Some(Running {
-                        started: j.id,
+                        // Every fourth started within the grace period.
+                        started: if j.id % 4 == 0 { now - 10 } else { j.id },
                         work_at_risk: j.id % 7,
                         job: j,
                         nodes,
@@ -477,7 +585,10 @@ proptest! {
                 Decision::Preempt { victim, job } => {
                     let v = running.iter().find(|r| r.job.id == *victim);
                     prop_assert!(v.is_some(), "victim {} is not running", victim);
-                    let (v, j) = (&v.expect("checked").job, by_id[job]);
+                    let v = v.expect("checked");
+                    prop_assert!(v.started + settings.grace <= settings.now,
+                        "victim {} started at {}, less than a grace period before {}", victim, v.started, settings.now);
+                    let (v, j) = (&v.job, by_id[job]);
                     // Within a team, only lower priorities are preempted.
                     if v.team == j.team {
                         prop_assert!(v.priority < j.priority);
@@ -488,11 +599,22 @@ proptest! {
         for j in &queue {
             prop_assert_eq!(answered.get(&j.id), Some(&1), "step {} answered", j.id);
         }
-        // A reservation for a starving step means nothing else starts.
-        let reserved = d.iter().any(|x| matches!(x, Decision::Wait { reason, .. } if reason.contains("past the starvation limit")));
-        if reserved {
-            let any_admit = d.iter().any(|x| matches!(x, Decision::Admit { .. }));
-            prop_assert!(!any_admit, "a step started past a reservation");
+        // A reservation goes only to a step past the starvation limit that could ever start,
+        // and nothing else starts on the nodes reserved for it.
+        let holder = queue.iter().find(|j| reason(&d, j.id).contains("past the starvation limit"));
+        if let Some(s) = holder {
+            let limit = settings.starvation_limit.expect("a reservation needs a limit");
+            prop_assert!(s.submitted + limit <= settings.now);
+            prop_assert!(admission::could_ever_start(&c, s, &settings), "step {} can never start", s.id);
+            let reserved = admission::reservation_for(&c, &running, &free_of(&c, &running), s, &settings);
+            for x in &d {
+                if let Decision::Admit { job, nodes } = x
+                    && by_id[job].per_worker != Res::ZERO
+                {
+                    prop_assert!(nodes.iter().all(|n| !reserved.contains(n)),
+                        "step {} started on nodes {:?} reserved for step {}", job, nodes, s.id);
+                }
+            }
         }
     }
 
