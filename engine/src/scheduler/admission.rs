@@ -159,7 +159,10 @@ pub fn cycle(
                 }
                 let rank = |t: usize, j: &Job| {
                     let team = &cluster.teams[t];
-                    let under = (st.usage[t] + j.demand()).fits_in(team.quota);
+                    // Below its quota, or its next step keeps it within: it goes first, even
+                    // when that step is a gang that takes it past its quota.
+                    let under = below(st.usage[t], team.quota)
+                        || (st.usage[t] + j.demand()).fits_in(team.quota);
                     let share = st.usage[t].dominant_share(total) / team.weight.max(1e-9);
                     (!under, share)
                 };
@@ -198,6 +201,13 @@ pub fn cycle(
         }
     }
     out
+}
+
+/// Whether `usage` is below `quota` in a resource the quota names (one it does not name is
+/// `u64::MAX`).
+fn below(usage: Res, quota: Res) -> bool {
+    let lt = |u: u64, q: u64| q != u64::MAX && u < q;
+    lt(usage.gpu, quota.gpu) || lt(usage.millicpu, quota.millicpu) || lt(usage.memory, quota.memory)
 }
 
 /// What the cycle has given away so far.

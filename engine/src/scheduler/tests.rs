@@ -807,3 +807,194 @@ fn pod_by_pod_fifo_deadlocks_where_gang_admission_does_not() {
     assert_eq!(fair.makespan, 200);
     assert!((fair.gpu_utilization - 1.0).abs() < 1e-9, "{fair:?}");
 }
+
+// Promises over sequences of cycles: decisions applied, time advancing.
+
+/// One team with a quota (team 0) and one living on borrowed capacity (team 1) on `nodes`
+/// nodes of 4 GPUs; team 1's steps (one worker, 1 to 4 GPUs, started at the given times) fill
+/// what they can; team 0 then asks for gangs of 1-GPU workers, and team 1 for more.
+#[allow(clippy::type_complexity)]
+fn arb_reclaim() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, u64, bool)> {
+    (1usize..=4)
+        .prop_flat_map(|nodes| {
+            (
+                Just(nodes),
+                1u64..=(4 * nodes as u64),
+                prop::collection::vec((1u64..=4, 0u64..=60), 1..16),
+                prop::collection::vec(1u32..=3, 1..6),
+                prop::collection::vec(1u64..=4, 0..4),
+                any::<bool>(),
+            )
+        })
+        .prop_map(|(nodes, quota, borrowed, gangs, more, old)| {
+            let c = cluster(
+                nodes,
+                vec![team("q", 1.0, quota, None), team("b", 1.0, 0, None)],
+            );
+            // Placed by a cycle; `old`: all started at least a grace period before t0 = 100.
+            let first: Vec<Job> = borrowed
+                .iter()
+                .enumerate()
+                .map(|(i, &(gpu, _))| job(100 + i as u64, 1, 1, gpu))
+                .collect();
+            let a = admitted(&cycle(&c, &[], &first, &Settings::default()));
+            let running = first
+                .into_iter()
+                .zip(&borrowed)
+                .filter_map(|(j, &(_, age))| {
+                    let nodes = a.get(&j.id)?.clone();
+                    let started = if old { 70 - age.min(30) } else { 40 + age };
+                    Some(Running {
+                        job: j,
+                        nodes,
+                        started,
+                        work_at_risk: 0,
+                    })
+                })
+                .collect();
+            let mut waiting: Vec<Job> = gangs
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| job(200 + i as u64, 0, w, 1))
+                .collect();
+            waiting.extend(
+                more.iter()
+                    .enumerate()
+                    .map(|(i, &gpu)| job(300 + i as u64, 1, 1, gpu)),
+            );
+            for j in &mut waiting {
+                j.submitted = 100;
+            }
+            (c, running, waiting, quota, old)
+        })
+}
+
+/// Applies one cycle's decisions the way an executor does: an admitted step runs from `now`,
+/// a victim stops one grace period after it was told to. Returns the victims with when they
+/// stop.
+fn apply(
+    d: &[Decision],
+    now: u64,
+    running: &mut Vec<Running>,
+    waiting: &mut Vec<Job>,
+    stopping: &mut Vec<(u64, u64)>,
+    grace: u64,
+) {
+    for x in d {
+        match x {
+            Decision::Admit { job, nodes } => {
+                let i = waiting.iter().position(|j| j.id == *job).expect("waits");
+                running.push(Running {
+                    job: waiting.remove(i),
+                    nodes: nodes.clone(),
+                    started: now,
+                    work_at_risk: 0,
+                });
+            }
+            Decision::Preempt { victim, .. } => stopping.push((*victim, now + grace)),
+            Decision::Wait { .. } => {}
+        }
+    }
+}
+
+/// What the team's queue can hold within its quota, whole gangs in queue order.
+fn quota_prefix(waiting: &[Job], team: usize, quota: u64) -> u64 {
+    let mut mine: Vec<&Job> = waiting.iter().filter(|j| j.team == team).collect();
+    mine.sort_by_key(|j| (-j.priority, j.submitted, j.id));
+    let mut held = 0;
+    for j in mine {
+        if held + j.demand().gpu <= quota {
+            held += j.demand().gpu;
+        }
+    }
+    held
+}
+
+/// A step of a multi-cycle run: `(now, decisions)` after each cycle.
+type Trace = Vec<(u64, Vec<Decision>)>;
+
+/// Runs cycles every `step` from `start` until `until`, applying the decisions; victims stop
+/// one grace period after being told to (`stop_after`: 0 for at once, re-queued). `ends`:
+/// when a running step ends by itself (end or failure), by id.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    c: &Cluster,
+    running: &mut Vec<Running>,
+    waiting: &mut Vec<Job>,
+    settings: &Settings,
+    start: u64,
+    steps: &[u64],
+    ends: &BTreeMap<u64, u64>,
+    stop_after: u64,
+    mut check: impl FnMut(u64, &[Running], &[Job], &[Decision]) -> Result<(), TestCaseError>,
+) -> Result<Trace, TestCaseError> {
+    let mut stopping: Vec<(u64, u64)> = Vec::new();
+    let mut trace = Vec::new();
+    let mut now = start;
+    for dt in steps {
+        // Victims whose grace period has passed stop; so do steps whose time is up.
+        let gone: BTreeSet<u64> = stopping
+            .iter()
+            .filter(|(_, at)| *at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        stopping.retain(|(id, _)| !gone.contains(id));
+        let (kept, out): (Vec<Running>, Vec<Running>) =
+            std::mem::take(running).into_iter().partition(|r| {
+                !gone.contains(&r.job.id) && ends.get(&r.job.id).is_none_or(|e| now < r.started + e)
+            });
+        *running = kept;
+        // Preempted steps queue again; ended ones are done.
+        waiting.extend(
+            out.into_iter()
+                .filter(|r| gone.contains(&r.job.id))
+                .map(|r| r.job),
+        );
+        let s = Settings {
+            now,
+            ..settings.clone()
+        };
+        let d = cycle(c, running, waiting, &s);
+        check(now, running, waiting, &d)?;
+        apply(&d, now, running, waiting, &mut stopping, stop_after);
+        trace.push((now, d));
+        now += dt;
+    }
+    Ok(trace)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A team under its quota with work waiting holds min(quota, what its queue can hold in
+    /// whole gangs) one grace period after it asks, when the borrowed steps in its way
+    /// started at least a grace period before; two grace periods after, whenever they
+    /// started (it must first wait for them to be old enough to be preempted).
+    #[test]
+    fn an_under_quota_team_reaches_its_quota_within_one_grace_period(
+        (c, mut running, mut waiting, quota, old) in arb_reclaim()
+    ) {
+        let settings = Settings::default();
+        let g = settings.grace;
+        let owed = quota_prefix(&waiting, 0, quota).min(quota);
+        // GPUs team q holds after each cycle's admissions.
+        let mut held: BTreeMap<u64, u64> = BTreeMap::new();
+        drive(&c, &mut running, &mut waiting, &settings, 100, &[g, g, g], &BTreeMap::new(), g,
+            |now, running, waiting, d| {
+                let mut gpu = usage_of(&c, running)[0].gpu;
+                for (id, _) in admitted(d) {
+                    if let Some(j) = waiting.iter().find(|j| j.id == id && j.team == 0) {
+                        gpu += j.demand().gpu;
+                    }
+                }
+                held.insert(now, gpu);
+                Ok(())
+            })?;
+        if old {
+            prop_assert!(held[&(100 + g)] >= owed,
+                "one grace period on, team q holds {} GPU of the {} owed: {:?}", held[&(100 + g)], owed, held);
+        }
+        prop_assert!(held[&(100 + 2 * g)] >= owed,
+            "two grace periods on, team q holds {} GPU of the {} owed: {:?}", held[&(100 + 2 * g)], owed, held);
+    }
+}
