@@ -102,6 +102,7 @@ pub fn cycle(
         free: free_of(cluster, running),
         usage: usage_of(cluster, running),
         victims: BTreeSet::new(),
+        pending: vec![Res::ZERO; cluster.nodes.len()],
         reserved: BTreeSet::new(),
     };
     let mut out = Vec::with_capacity(waiting.len());
@@ -218,6 +219,8 @@ struct State {
     usage: Vec<Res>,
     /// Running steps already chosen as victims this cycle.
     victims: BTreeSet<u64>,
+    /// Per node, room those victims will free that no step of this cycle has taken yet.
+    pending: Vec<Res>,
     /// Nodes reserved for a starving step: nothing else starts on them.
     reserved: BTreeSet<usize>,
 }
@@ -340,22 +343,22 @@ fn try_start(
     let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
     let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
     let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
+    // What it could use once the victims chosen so far have stopped.
+    let mut soon = visible.clone();
+    for (n, room) in soon.iter_mut().enumerate() {
+        if !closed.contains(&n) {
+            *room += st.pending[n];
+        }
+    }
     let find = |settings: &Settings, st: &State| {
         if may_reclaim
-            && let Some(chosen) = reclaim(cluster, running, &visible, closed, st, job, settings)
+            && let Some(chosen) = reclaim(cluster, running, &soon, closed, st, job, settings)
         {
             return Some((true, chosen));
         }
         if may_preempt
-            && let Some(chosen) = lower_priority(
-                cluster,
-                running,
-                &visible,
-                closed,
-                &st.victims,
-                job,
-                settings,
-            )
+            && let Some(chosen) =
+                lower_priority(cluster, running, &soon, closed, &st.victims, job, settings)
         {
             return Some((false, chosen));
         }
@@ -363,8 +366,18 @@ fn try_start(
     };
     if let Some((reclaimed, chosen)) = find(settings, st) {
         let closed = closed.clone();
-        hold(cluster, &mut st.free, &chosen, &closed, job, settings);
+        hold(cluster, st, &chosen, &closed, job, settings);
         let n = chosen.len();
+        let what = if n == 0 {
+            "room that preemptions already under way will free is held for it".to_owned()
+        } else if reclaimed {
+            format!("{n} borrowed step(s) of other teams are being preempted to make room")
+        } else {
+            format!(
+                "{n} lower-priority step(s) of team {} are being preempted to make room",
+                team.name
+            )
+        };
         for v in chosen {
             // Its team still holds it until it has stopped.
             st.victims.insert(v.job.id);
@@ -376,15 +389,9 @@ fn try_start(
         if reclaimed {
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
-            return Some(format!(
-                "team {} is under its quota: {n} borrowed step(s) of other teams are being preempted to make room",
-                team.name
-            ));
+            return Some(format!("team {} is under its quota: {what}", team.name));
         }
-        return Some(format!(
-            "{n} lower-priority step(s) of team {} are being preempted to make room",
-            team.name
-        ));
+        return Some(what);
     }
     if let Some(id) = reserved_for
         && placement::place(cluster, &st.free, job, settings.placement).is_some()
@@ -416,33 +423,33 @@ fn try_start(
     Some(why_not(cluster, &st.free, &st.usage, job))
 }
 
-/// Holds for `job` the room its victims will free, and what else its placement needs of the
-/// free room now, so that no later step of this cycle takes it.
+/// Holds for `job` the room its victims (and those chosen earlier this cycle) will free, and
+/// what else its placement needs of the free room now, so that no later step of this cycle
+/// takes it; what the victims free beyond that stays pending for later steps.
 fn hold(
     cluster: &Cluster,
-    free: &mut [Res],
+    st: &mut State,
     victims: &[&Running],
     closed: &BTreeSet<usize>,
     job: &Job,
     settings: &Settings,
 ) {
-    let mut release = vec![Res::ZERO; free.len()];
+    let mut room = st.pending.clone();
     for v in victims {
-        for &n in v.nodes.iter().filter(|n| !closed.contains(n)) {
-            release[n] += v.job.per_worker;
-        }
+        release(&mut room, v, closed);
     }
-    let mut after: Vec<Res> = free.iter().zip(&release).map(|(f, r)| *f + *r).collect();
+    let mut after: Vec<Res> = st.free.iter().zip(&room).map(|(f, r)| *f + *r).collect();
     for &n in closed {
         after[n] = Res::ZERO;
     }
     if let Some(nodes) = placement::place(cluster, &after, job, settings.placement) {
         for n in nodes {
-            let rest = job.per_worker.saturating_sub(release[n]);
-            release[n] = release[n].saturating_sub(job.per_worker);
-            free[n] = free[n].saturating_sub(rest);
+            let rest = job.per_worker.saturating_sub(room[n]);
+            room[n] = room[n].saturating_sub(job.per_worker);
+            st.free[n] = st.free[n].saturating_sub(rest);
         }
     }
+    st.pending = room;
 }
 
 /// Whether a running step is old enough to be preempted: it started at least one grace
@@ -476,6 +483,9 @@ fn reclaim<'a>(
         .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
@@ -517,6 +527,9 @@ fn lower_priority<'a>(
         })
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {

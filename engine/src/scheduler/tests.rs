@@ -897,19 +897,6 @@ fn apply(
     }
 }
 
-/// What the team's queue can hold within its quota, whole gangs in queue order.
-fn quota_prefix(waiting: &[Job], team: usize, quota: u64) -> u64 {
-    let mut mine: Vec<&Job> = waiting.iter().filter(|j| j.team == team).collect();
-    mine.sort_by_key(|j| (-j.priority, j.submitted, j.id));
-    let mut held = 0;
-    for j in mine {
-        if held + j.demand().gpu <= quota {
-            held += j.demand().gpu;
-        }
-    }
-    held
-}
-
 /// A step of a multi-cycle run: `(now, decisions)` after each cycle.
 type Trace = Vec<(u64, Vec<Decision>)>;
 
@@ -966,35 +953,39 @@ fn drive(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// A team under its quota with work waiting holds min(quota, what its queue can hold in
-    /// whole gangs) one grace period after it asks, when the borrowed steps in its way
-    /// started at least a grace period before; two grace periods after, whenever they
-    /// started (it must first wait for them to be old enough to be preempted).
+    /// A team under its quota with work waiting gets up to its quota, in whole gangs: one
+    /// grace period after it asks, none of its steps still waits that would fit within its
+    /// quota, when the borrowed steps in its way started at least a grace period before; two
+    /// grace periods after, whenever they started (it must first wait for them to be old
+    /// enough to be preempted).
     #[test]
     fn an_under_quota_team_reaches_its_quota_within_one_grace_period(
         (c, mut running, mut waiting, quota, old) in arb_reclaim()
     ) {
         let settings = Settings::default();
         let g = settings.grace;
-        let owed = quota_prefix(&waiting, 0, quota).min(quota);
-        // GPUs team q holds after each cycle's admissions.
-        let mut held: BTreeMap<u64, u64> = BTreeMap::new();
+        // After each cycle's admissions: GPUs team q holds, and the smallest step it still
+        // has waiting.
+        let mut seen: BTreeMap<u64, (u64, Option<u64>)> = BTreeMap::new();
         drive(&c, &mut running, &mut waiting, &settings, 100, &[g, g, g], &BTreeMap::new(), g,
             |now, running, waiting, d| {
-                let mut gpu = usage_of(&c, running)[0].gpu;
-                for (id, _) in admitted(d) {
-                    if let Some(j) = waiting.iter().find(|j| j.id == id && j.team == 0) {
-                        gpu += j.demand().gpu;
-                    }
-                }
-                held.insert(now, gpu);
+                let a = admitted(d);
+                let mine = waiting.iter().filter(|j| j.team == 0);
+                let gpu = usage_of(&c, running)[0].gpu
+                    + mine.clone().filter(|j| a.contains_key(&j.id)).map(|j| j.demand().gpu).sum::<u64>();
+                let left = mine.filter(|j| !a.contains_key(&j.id)).map(|j| j.demand().gpu).min();
+                seen.insert(now, (gpu, left));
                 Ok(())
             })?;
+        let short = |at: u64| {
+            let (gpu, left) = seen[&at];
+            left.is_some_and(|l| gpu + l <= quota)
+        };
         if old {
-            prop_assert!(held[&(100 + g)] >= owed,
-                "one grace period on, team q holds {} GPU of the {} owed: {:?}", held[&(100 + g)], owed, held);
+            prop_assert!(!short(100 + g),
+                "one grace period on, team q (quota {} GPU) still waits for a step that fits it: {:?}", quota, seen);
         }
-        prop_assert!(held[&(100 + 2 * g)] >= owed,
-            "two grace periods on, team q holds {} GPU of the {} owed: {:?}", held[&(100 + 2 * g)], owed, held);
+        prop_assert!(!short(100 + 2 * g),
+            "two grace periods on, team q (quota {} GPU) still waits for a step that fits it: {:?}", quota, seen);
     }
 }
