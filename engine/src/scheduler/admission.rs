@@ -111,7 +111,7 @@ pub fn cycle(
     let starving = starving(cluster, waiting, &st.usage, settings);
     let mut reservation: Option<(u64, usize)> = None;
     if let Some(s) = starving
-        && let Some(why) = try_start(cluster, running, s, None, &mut st, settings, &mut out)
+        && let Tried::Waits(why) = try_start(cluster, running, s, None, &mut st, settings, &mut out)
     {
         st.reserved = reservation_for(cluster, running, &st.free, s, settings);
         let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
@@ -176,9 +176,16 @@ pub fn cycle(
             break;
         };
         let closed = reservation.map(|(id, _)| id);
-        let Some(why) = try_start(cluster, running, job, closed, &mut st, settings, &mut out)
-        else {
-            continue;
+        let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
+            Tried::Started => continue,
+            Tried::Preempting(why) => {
+                out.push(Decision::Wait {
+                    job: job.id,
+                    reason: why,
+                });
+                continue;
+            }
+            Tried::Waits(why) => why,
         };
         out.push(Decision::Wait {
             job: job.id,
@@ -299,7 +306,16 @@ pub(super) fn reservation_for(
     order.into_iter().collect()
 }
 
-/// Admits `job`, or preempts for it, recording the decisions; otherwise returns why it
+/// What `try_start` did.
+enum Tried {
+    Started,
+    /// Steps are being preempted for it (or it holds room they free): it waits, saying so.
+    Preempting(String),
+    /// It waits, for this reason.
+    Waits(String),
+}
+
+/// Admits `job`, or preempts for it, recording the decisions; otherwise says why it
 /// waits. `reserved_for`: the starving step the reserved nodes are kept for (None when `job`
 /// is that step, or nothing is reserved).
 fn try_start(
@@ -310,14 +326,14 @@ fn try_start(
     st: &mut State,
     settings: &Settings,
     out: &mut Vec<Decision>,
-) -> Option<String> {
+) -> Tried {
     let team = &cluster.teams[job.team];
     let demand = job.demand();
     if settings.policy == Policy::Fair
         && let Some(ceiling) = team.ceiling()
         && !(st.usage[job.team] + demand).fits_in(ceiling)
     {
-        return Some(format!(
+        return Tried::Waits(format!(
             "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
             team.name, st.usage[job.team], ceiling, demand
         ));
@@ -338,7 +354,7 @@ fn try_start(
         }
         st.usage[job.team] += demand;
         out.push(Decision::Admit { job: job.id, nodes });
-        return None;
+        return Tried::Started;
     }
     let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
     let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
@@ -389,14 +405,14 @@ fn try_start(
         if reclaimed {
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
-            return Some(format!("team {} is under its quota: {what}", team.name));
+            return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
         }
-        return Some(what);
+        return Tried::Preempting(what);
     }
     if let Some(id) = reserved_for
         && placement::place(cluster, &st.free, job, settings.placement).is_some()
     {
-        return Some(format!(
+        return Tried::Waits(format!(
             "capacity is reserved for step {id}, which has waited past the starvation limit"
         ));
     }
@@ -414,13 +430,13 @@ fn try_start(
             } else {
                 format!("the lower-priority steps of team {} in its way", team.name)
             };
-            return Some(format!(
+            return Tried::Waits(format!(
                 "{whose} started less than the grace period ({}s) ago; preempted after that",
                 settings.grace
             ));
         }
     }
-    Some(why_not(cluster, &st.free, &st.usage, job))
+    Tried::Waits(why_not(cluster, &st.free, &st.usage, job))
 }
 
 /// Holds for `job` the room its victims (and those chosen earlier this cycle) will free, and
