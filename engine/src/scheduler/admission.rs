@@ -110,19 +110,26 @@ pub fn cycle(
     // reserves the nodes it will take, and nothing new starts on them until it has.
     let starving = starving(cluster, waiting, &st.usage, settings);
     let mut reservation: Option<(u64, usize)> = None;
-    if let Some(s) = starving
-        && let Tried::Waits(why) = try_start(cluster, running, s, None, &mut st, settings, &mut out)
-    {
-        st.reserved = reservation_for(cluster, running, &st.free, s, settings);
-        let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
-        out.push(Decision::Wait {
-            job: s.id,
-            reason: format!(
-                "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
-                nodes.join(", ")
-            ),
-        });
-        reservation = Some((s.id, queue_of(s, settings)));
+    if let Some(s) = starving {
+        match try_start(cluster, running, s, None, &mut st, settings, &mut out) {
+            Tried::Started => {}
+            Tried::Preempting(why) => out.push(Decision::Wait {
+                job: s.id,
+                reason: why,
+            }),
+            Tried::Waits(why) => {
+                st.reserved = reservation_for(cluster, running, &st.free, s, settings);
+                let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
+                out.push(Decision::Wait {
+                    job: s.id,
+                    reason: format!(
+                        "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
+                        nodes.join(", ")
+                    ),
+                });
+                reservation = Some((s.id, queue_of(s, settings)));
+            }
+        }
     }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.

@@ -900,15 +900,17 @@ fn apply(
 /// A step of a multi-cycle run: `(now, decisions)` after each cycle.
 type Trace = Vec<(u64, Vec<Decision>)>;
 
-/// Runs cycles every `step` from `start` until `until`, applying the decisions; victims stop
-/// one grace period after being told to (`stop_after`: 0 for at once, re-queued). `ends`:
-/// when a running step ends by itself (end or failure), by id.
+/// Runs a cycle at `start`, then after each of `steps`, applying the decisions; `arrivals`
+/// queue once their submission time has come; victims stop `stop_after` after being told to
+/// and queue again; `ends`: how long after it starts a step ends by itself (it ends, or
+/// fails), by id. `check` sees each cycle's input and decisions.
 #[allow(clippy::too_many_arguments)]
 fn drive(
     c: &Cluster,
     running: &mut Vec<Running>,
     waiting: &mut Vec<Job>,
     settings: &Settings,
+    arrivals: &[Job],
     start: u64,
     steps: &[u64],
     ends: &BTreeMap<u64, u64>,
@@ -918,7 +920,12 @@ fn drive(
     let mut stopping: Vec<(u64, u64)> = Vec::new();
     let mut trace = Vec::new();
     let mut now = start;
+    let mut arrived = 0;
     for dt in steps {
+        while arrived < arrivals.len() && arrivals[arrived].submitted <= now {
+            waiting.push(arrivals[arrived].clone());
+            arrived += 1;
+        }
         // Victims whose grace period has passed stop; so do steps whose time is up.
         let gone: BTreeSet<u64> = stopping
             .iter()
@@ -967,7 +974,7 @@ proptest! {
         // After each cycle's admissions: GPUs team q holds, and the smallest step it still
         // has waiting.
         let mut seen: BTreeMap<u64, (u64, Option<u64>)> = BTreeMap::new();
-        drive(&c, &mut running, &mut waiting, &settings, 100, &[g, g, g], &BTreeMap::new(), g,
+        drive(&c, &mut running, &mut waiting, &settings, &[], 100, &[g, g, g], &BTreeMap::new(), g,
             |now, running, waiting, d| {
                 let a = admitted(d);
                 let mine = waiting.iter().filter(|j| j.team == 0);
@@ -987,5 +994,125 @@ proptest! {
         }
         prop_assert!(!short(100 + 2 * g),
             "two grace periods on, team q (quota {} GPU) still waits for a step that fits it: {:?}", quota, seen);
+    }
+}
+
+/// A cluster and a workload that arrives over time, with when each step ends by itself (its
+/// duration, or half of it for those that fail), the time steps between cycles, and settings.
+#[allow(clippy::type_complexity)]
+fn arb_run() -> impl Strategy<Value = (Cluster, Vec<Job>, BTreeMap<u64, u64>, Vec<u64>, Settings)> {
+    arb_cluster()
+        .prop_flat_map(|c| {
+            let n = c.teams.len();
+            (
+                Just(c),
+                arb_workload(n),
+                prop::collection::vec(1u64..=20, 20..60),
+                any::<(bool, bool, bool, bool)>(),
+            )
+        })
+        .prop_map(
+            |(c, work, steps, (backfill, reclaim, within_team, starve))| {
+                let ends = work
+                    .iter()
+                    .map(|w| {
+                        let fails = w.job.id % 5 == 0;
+                        (
+                            w.job.id,
+                            if fails {
+                                w.duration / 2 + 1
+                            } else {
+                                w.duration
+                            },
+                        )
+                    })
+                    .collect();
+                let jobs = work.into_iter().map(|w| w.job).collect();
+                let settings = Settings {
+                    backfill,
+                    reclaim,
+                    within_team,
+                    starvation_limit: starve.then_some(100),
+                    ..Settings::default()
+                };
+                (c, jobs, ends, steps, settings)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// Over many cycles, with steps arriving, ending, failing and being preempted (a victim
+    /// stops before the next cycle and queues again): a victim has run at least a grace period;
+    /// so no step is preempted twice within one grace period, and no two steps preempt each
+    /// other back and forth within one (A evicts B, then B evicts A). What each team holds,
+    /// kept step by step as an executor would, equals the sum of what runs; and a step told its
+    /// team is at its limit is: what the team holds, plus what this cycle admitted or held for
+    /// it, plus the step, exceeds its quota plus borrow limit.
+    #[test]
+    fn preemption_never_thrashes_and_quota_accounting_never_leaks(
+        (c, jobs, ends, steps, settings) in arb_run()
+    ) {
+        let g = settings.grace;
+        let mut arrivals = jobs;
+        arrivals.sort_by_key(|j| (j.submitted, j.id));
+        let mut running = Vec::new();
+        let mut waiting = Vec::new();
+        // (when, victim, for whom)
+        let mut preemptions: Vec<(u64, u64, u64)> = Vec::new();
+        let mut ledger = vec![Res::ZERO; c.teams.len()];
+        let mut holds: BTreeMap<u64, Job> = BTreeMap::new();
+        drive(&c, &mut running, &mut waiting, &settings, &arrivals, 0, &steps, &ends, 0,
+                |t, running, waiting, d| {
+                    // What stopped since the last cycle leaves the ledger.
+                    let live: BTreeSet<u64> = running.iter().map(|r| r.job.id).collect();
+                    for (id, j) in std::mem::take(&mut holds) {
+                        if live.contains(&id) {
+                            holds.insert(id, j);
+                        } else {
+                            ledger[j.team] = ledger[j.team].saturating_sub(j.demand());
+                        }
+                    }
+                    prop_assert_eq!(&ledger, &usage_of(&c, running), "t={}: the ledger drifted", t);
+                    let by_id: BTreeMap<u64, &Job> = waiting.iter().map(|j| (j.id, j)).collect();
+                    let mut usage = usage_of(&c, running);
+                    for x in d {
+                        match x {
+                            Decision::Admit { job, .. } => {
+                                let j = by_id[job];
+                                usage[j.team] += j.demand();
+                                ledger[j.team] += j.demand();
+                                holds.insert(j.id, j.clone());
+                            }
+                            Decision::Preempt { victim, job } => {
+                                let v = running.iter().find(|r| r.job.id == *victim).expect("runs");
+                                prop_assert!(v.started + g <= t,
+                                    "t={}: step {} preempted, started at {}", t, victim, v.started);
+                                preemptions.push((t, *victim, *job));
+                            }
+                            Decision::Wait { job, reason } => {
+                                let j = by_id[job];
+                                if reason.starts_with(&format!("team {} is under its quota", c.teams[j.team].name)) {
+                                    usage[j.team] += j.demand();
+                                }
+                                if reason.contains("at its limit") && settings.policy == Policy::Fair {
+                                    let ceiling = c.teams[j.team].ceiling().expect("a limit");
+                                    prop_assert!(!(usage[j.team] + j.demand()).fits_in(ceiling),
+                                        "t={}: step {} told team {} is at its limit; it holds {}", t, job, j.team, usage[j.team]);
+                                }
+                            }
+                        }
+                    }
+                    Ok(())
+                })?;
+        for (i, &(t1, b, a)) in preemptions.iter().enumerate() {
+            for &(t2, v, by) in &preemptions[i + 1..] {
+                prop_assert!(!(v == b && t2 < t1 + g),
+                    "step {} preempted at {} and again at {}", b, t1, t2);
+                prop_assert!(!(v == a && by == b && t2 < t1 + g),
+                    "step {} evicted {} at {}, and {} evicted it at {}", a, b, t1, b, t2);
+            }
+        }
     }
 }
