@@ -1116,3 +1116,28 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Same input, same schedule: the cycle gives the same decisions when called again, and
+    /// whatever the order of the waiting steps.
+    #[test]
+    fn the_same_input_gives_the_same_decisions_in_any_queue_order(
+        ((c, running, mut queue, settings), mut shuffled) in arb_state().prop_flat_map(|s| {
+            let q = s.2.clone();
+            (Just(s), Just(q).prop_shuffle())
+        })
+    ) {
+        // Many submitted at the same time: the order between them is the ids'.
+        for j in queue.iter_mut().chain(shuffled.iter_mut()) {
+            j.submitted = 1000 + j.id % 3;
+        }
+        let d = cycle(&c, &running, &queue, &settings);
+        prop_assert_eq!(&d, &cycle(&c, &running, &queue, &settings));
+        prop_assert_eq!(&d, &cycle(&c, &running, &shuffled, &settings));
+        let mut reversed = running.clone();
+        reversed.reverse();
+        prop_assert_eq!(&d, &cycle(&c, &reversed, &queue, &settings));
+    }
+}
