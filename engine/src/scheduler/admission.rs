@@ -106,30 +106,14 @@ pub fn cycle(
         reserved: BTreeSet::new(),
     };
     let mut out = Vec::with_capacity(waiting.len());
-    // The oldest starving step that could ever start goes first; if it cannot start now, it
-    // reserves the nodes it will take, and nothing new starts on them until it has.
-    let starving = starving(cluster, waiting, &st.usage, settings);
-    let mut reservation: Option<(u64, usize)> = None;
-    if let Some(s) = starving {
-        match try_start(cluster, running, s, None, &mut st, settings, &mut out) {
-            Tried::Started => {}
-            Tried::Preempting(why) => out.push(Decision::Wait {
-                job: s.id,
-                reason: why,
-            }),
-            Tried::Waits(why) => {
-                st.reserved = reservation_for(cluster, running, &st.free, s, settings);
-                let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
-                out.push(Decision::Wait {
-                    job: s.id,
-                    reason: format!(
-                        "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
-                        nodes.join(", ")
-                    ),
-                });
-                reservation = Some((s.id, queue_of(s, settings)));
-            }
-        }
+    // The oldest starving step that could ever start reserves the nodes it will take: those
+    // it fits on now, or those it will fit on once what runs there has stopped. Nothing new
+    // starts on them but it, and the steps that could preempt it anyway (its team's higher
+    // priorities, teams reclaiming their quota): letting them in keeps the two from evicting
+    // each other in turn.
+    let holder = starving(cluster, waiting, &st.usage, settings);
+    if let Some(h) = holder {
+        st.reserved = reservation_for(cluster, running, &st.free, h, settings);
     }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.
@@ -138,10 +122,7 @@ pub fn cycle(
         _ => (-j.priority, j.submitted, j.id),
     };
     let mut queues: BTreeMap<usize, Vec<&Job>> = BTreeMap::new();
-    for j in waiting
-        .iter()
-        .filter(|j| starving.is_none_or(|s| s.id != j.id))
-    {
+    for j in waiting {
         queues.entry(queue_of(j, settings)).or_default().push(j);
     }
     for q in queues.values_mut() {
@@ -150,12 +131,6 @@ pub fn cycle(
     }
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
-    if !settings.backfill
-        && let Some((id, q)) = reservation
-    {
-        blocked.insert(q);
-        heads.insert(q, id);
-    }
     loop {
         let next = queues
             .iter()
@@ -182,15 +157,31 @@ pub fn cycle(
         let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
             break;
         };
-        let closed = reservation.map(|(id, _)| id);
+        let closed = holder
+            .filter(|h| !st.reserved.is_empty() && h.id != job.id)
+            .filter(|h| !may_preempt(cluster, job, h, &st.usage, settings))
+            .map(|h| h.id);
         let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
-            Tried::Started => continue,
+            Tried::Started => {
+                if holder.is_some_and(|h| h.id == job.id) {
+                    // It has its room: what else was reserved is open again.
+                    st.reserved.clear();
+                }
+                continue;
+            }
             Tried::Preempting(why) => {
                 out.push(Decision::Wait {
                     job: job.id,
                     reason: why,
                 });
                 continue;
+            }
+            Tried::Waits(why) if holder.is_some_and(|h| h.id == job.id) => {
+                let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
+                format!(
+                    "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
+                    nodes.join(", ")
+                )
             }
             Tried::Waits(why) => why,
         };
@@ -247,6 +238,27 @@ fn queue_of(j: &Job, settings: &Settings) -> usize {
     }
 }
 
+/// Whether `job` could preempt `holder` if that ran: a higher priority of its team (with
+/// `withinTeam: lowerPriority`), or under `fair` with reclaim, a team under its quota while
+/// `holder` would hold borrowed capacity.
+fn may_preempt(
+    cluster: &Cluster,
+    job: &Job,
+    holder: &Job,
+    usage: &[Res],
+    settings: &Settings,
+) -> bool {
+    if job.team == holder.team {
+        return settings.within_team
+            && settings.policy != Policy::Fifo
+            && job.priority > holder.priority;
+    }
+    settings.policy == Policy::Fair
+        && settings.reclaim
+        && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
+        && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+}
+
 /// Whether `job` could start on the empty cluster within its team's ceiling (quota plus
 /// borrow limit, which only `fair` enforces). A step that never could gets no reservation.
 pub(super) fn could_ever_start(cluster: &Cluster, job: &Job, settings: &Settings) -> bool {
@@ -280,7 +292,8 @@ pub(super) fn starving<'a>(
         .min_by_key(|j| (j.submitted, j.id))
 }
 
-/// The nodes a starving step will take once what runs on them has stopped. Its pools' nodes
+/// The nodes a starving step will take: those it fits on now, else those it will fit on once
+/// what runs on them has stopped, chosen so. Its pools' nodes
 /// are taken in order of when they are likely to free up (empty ones first, then those whose
 /// youngest step started longest ago), then the most free now, then the lowest index, until
 /// the gang fits on them as if they were empty; the nodes that placement uses are reserved.
@@ -293,6 +306,9 @@ pub(super) fn reservation_for(
     job: &Job,
     settings: &Settings,
 ) -> BTreeSet<usize> {
+    if let Some(nodes) = placement::place(cluster, free, job, settings.placement) {
+        return nodes.into_iter().collect();
+    }
     let mut youngest: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
     for r in running {
         for &n in &r.nodes {

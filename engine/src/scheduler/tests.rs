@@ -601,15 +601,25 @@ proptest! {
         }
         // A reservation goes only to a step past the starvation limit that could ever start,
         // and nothing else starts on the nodes reserved for it.
-        let holder = queue.iter().find(|j| reason(&d, j.id).contains("past the starvation limit"));
+        let holder = queue.iter().find(|j| reason(&d, j.id).contains("past the starvation limit: node(s)"));
         if let Some(s) = holder {
             let limit = settings.starvation_limit.expect("a reservation needs a limit");
             prop_assert!(s.submitted + limit <= settings.now);
             prop_assert!(admission::could_ever_start(&c, s, &settings), "step {} can never start", s.id);
             let reserved = admission::reservation_for(&c, &running, &free_of(&c, &running), s, &settings);
+            // Those that could preempt it anyway may start there.
+            let preempts = |j: &Job| {
+                if j.team == s.team {
+                    settings.within_team && settings.policy != Policy::Fifo && j.priority > s.priority
+                } else {
+                    settings.policy == Policy::Fair && settings.reclaim && c.teams[j.team].quota != Res::ZERO
+                }
+            };
             for x in &d {
                 if let Decision::Admit { job, nodes } = x
                     && by_id[job].per_worker != Res::ZERO
+                    && *job != s.id
+                    && !preempts(by_id[job])
                 {
                     prop_assert!(nodes.iter().all(|n| !reserved.contains(n)),
                         "step {} started on nodes {:?} reserved for step {}", job, nodes, s.id);
@@ -1139,5 +1149,102 @@ proptest! {
         let mut reversed = running.clone();
         reversed.reverse();
         prop_assert_eq!(&d, &cycle(&c, &reversed, &queue, &settings));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// No starvation: once the oldest step that could ever start has waited past the limit,
+    /// it reserves nodes, and while small long steps keep arriving and backfill around it, it
+    /// starts at the latest at the first cycle after the steps running when it began to
+    /// starve have all ended.
+    #[test]
+    fn a_starving_step_starts_once_what_ran_on_its_nodes_has_ended(
+        (mut c, first, lasts, arrivals, gang, steps, (reclaim, within_team, spread)) in arb_cluster().prop_flat_map(|c| {
+            let n = c.teams.len();
+            (
+                Just(c),
+                arb_jobs(n, 0),
+                prop::collection::vec(60u64..300, 20),
+                arb_jobs(n, 1000),
+                (0..n, 1u32..=4, 1u64..=4, any::<bool>()),
+                prop::collection::vec(1u64..=15, 40),
+                any::<(bool, bool, bool)>(),
+            )
+        })
+    ) {
+        // No ceilings (a team at its limit gives up its reservation) and no quotas: nothing
+        // arriving may preempt the starving step once it runs, so nothing may take its room.
+        for t in &mut c.teams {
+            t.borrow_limit = None;
+            t.quota = Res::ZERO;
+        }
+        let settings = Settings {
+            starvation_limit: Some(100),
+            reclaim,
+            within_team,
+            placement: if spread { Placement::Spread } else { Placement::Binpack },
+            ..Settings::default()
+        };
+        let starving = {
+            let mut j = job(5000, gang.0, gang.1, gang.2);
+            j.interruptible = gang.3;
+            j.submitted = 0;
+            j
+        };
+        prop_assume!(admission::could_ever_start(&c, &starving, &settings));
+        // What runs at t0 = 200, started at 150 and running 60 to 300 more.
+        let t0 = 200;
+        let a = admitted(&cycle(&c, &[], &first, &Settings { now: 150, ..settings.clone() }));
+        let mut running: Vec<Running> = first
+            .into_iter()
+            .filter_map(|j| {
+                let nodes = a.get(&j.id)?.clone();
+                // Submitted after the starving step: it stays the oldest.
+                let job = Job { submitted: j.id + 1, ..j };
+                Some(Running { job, nodes, started: 150, work_at_risk: 0 })
+            })
+            .collect();
+        let mut ends: BTreeMap<u64, u64> = running
+            .iter()
+            .zip(&lasts)
+            .map(|(r, l)| (r.job.id, *l))
+            .collect();
+        let all_ended = 150 + running.iter().map(|r| ends[&r.job.id]).max().unwrap_or(0);
+        // Then small long steps arrive, one every 5.
+        let arrivals: Vec<Job> = arrivals
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut j)| {
+                j.submitted = t0 + 5 * i as u64;
+                j.priority = j.priority.min(100);
+                ends.insert(j.id, 100_000);
+                j
+            })
+            .collect();
+        let mut waiting = vec![starving];
+        let mut started: Option<u64> = None;
+        let mut steps = steps;
+        steps.extend(std::iter::repeat_n(15, 30));
+        drive(&c, &mut running, &mut waiting, &settings, &arrivals, t0, &steps, &ends, 0,
+            |now, _, _, d| {
+                if started.is_none() && admitted(d).contains_key(&5000) {
+                    started = Some(now);
+                }
+                Ok(())
+            })?;
+        let first_after: u64 = {
+            let mut t = t0;
+            let mut cycles = vec![t0];
+            for dt in &steps {
+                t += dt;
+                cycles.push(t);
+            }
+            cycles.into_iter().find(|t| *t >= all_ended).unwrap_or(u64::MAX)
+        };
+        prop_assert!(started.is_some_and(|t| t <= first_after),
+            "step 5000 started at {:?}; what ran at {} had all ended by {}, next cycle {}",
+            started, t0, all_ended, first_after);
     }
 }
