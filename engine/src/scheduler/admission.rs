@@ -1,13 +1,27 @@
 //! One scheduling cycle: which waiting steps start now, on which nodes, what is preempted to
 //! make room, and why each of the others waits.
 //!
-//! `fair` (the default policy): teams under their quota first, then the team with the
+//! `fair` (the default policy): teams below their quota first, then the team with the
 //! smallest dominant resource share per unit of weight (weighted DRF), recomputed after each
 //! admission; within a team, higher priority first, then the oldest. A team never holds more
 //! than its quota plus its borrow limit. A team under its quota whose step does not fit takes
 //! back capacity that other teams borrowed (their borrowed steps are preempted, the best
 //! victims first). `priority`: one queue by priority then age. `fifo`: one queue by age. In
 //! every policy a gang is admitted whole or not at all.
+//!
+//! Preemption (reclaim and `withinTeam`) never chooses a step that started less than one
+//! grace period ago; a step that waits only for such victims says so. The room a step's
+//! victims will free, and the free room its placement needs besides, are held for it for the
+//! rest of the cycle; what its victims free beyond that stays for later under-quota steps.
+//!
+//! Starvation: the oldest step past `starvation_limit` that could ever start (its gang fits
+//! the empty cluster in its pools, and under `fair` within its team's quota plus borrow
+//! limit, which its team's holdings leave room for now) reserves nodes: those it fits on now,
+//! else those it will fit on once what runs there stops (see `reservation_for` for the rule).
+//! It keeps its place in the queue; nothing else starts on its nodes, except steps that could
+//! preempt it anyway (its team's higher priorities, teams reclaiming their quota while it
+//! would borrow), so that the two do not evict each other in turn. Everything else backfills
+//! around the reservation. One step holds a reservation at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,8 +47,9 @@ pub struct Settings {
     pub reclaim: bool,
     /// A step may preempt lower-priority steps of its own team (`withinTeam: lowerPriority`).
     pub within_team: bool,
-    /// A step waiting longer than this (in the unit of `Job::submitted`) reserves capacity:
-    /// until it starts, nothing else does. None: no reservations.
+    /// A step waiting longer than this (in the unit of `Job::submitted`) reserves the nodes
+    /// it will take: until it starts, nothing else starts on them (see the module doc). None:
+    /// no reservations.
     pub starvation_limit: Option<u64>,
     /// The preemption grace period (in the unit of `Job::submitted`): a running step that
     /// started less than this long ago is never chosen as a victim, so that what was just
