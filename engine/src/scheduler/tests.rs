@@ -1248,3 +1248,63 @@ proptest! {
             started, t0, all_ended, first_after);
     }
 }
+
+#[test]
+fn a_team_reclaiming_its_quota_and_a_starving_borrower_do_not_evict_each_other_in_turn() {
+    // One node of 4 GPUs. nlp (no quota) borrowed it at 0 with a long step; vision (quota 4)
+    // asks for it at 100. The step it preempts queues again and, submitted at 0, has starved.
+    let c = cluster(
+        1,
+        vec![team("vision", 1.0, 4, None), team("nlp", 1.0, 0, None)],
+    );
+    let mut borrowed = job(1, 1, 1, 4);
+    borrowed.submitted = 0;
+    let mut running = vec![Running {
+        job: borrowed,
+        nodes: vec![0],
+        started: 0,
+        work_at_risk: 0,
+    }];
+    let mut mine = job(2, 0, 1, 4);
+    mine.submitted = 100;
+    let mut waiting = vec![mine];
+    let settings = Settings {
+        starvation_limit: Some(50),
+        ..Settings::default()
+    };
+    let ends = BTreeMap::from([(1, 10_000), (2, 300)]);
+    let trace = drive(
+        &c,
+        &mut running,
+        &mut waiting,
+        &settings,
+        &[],
+        100,
+        &[10; 60],
+        &ends,
+        0,
+        |_, _, _, _| Ok(()),
+    )
+    .expect("no check fails");
+    let preempted: Vec<(u64, u64)> = trace
+        .iter()
+        .flat_map(|(t, d)| {
+            d.iter().filter_map(move |x| match x {
+                Decision::Preempt { victim, .. } => Some((*t, *victim)),
+                _ => None,
+            })
+        })
+        .collect();
+    assert_eq!(preempted, vec![(100, 1)], "{trace:?}");
+    let started = |id: u64| {
+        trace
+            .iter()
+            .find(|(_, d)| admitted(d).contains_key(&id))
+            .map(|(t, _)| *t)
+    };
+    // Vision gets its quota at once; the starved step waits for it, then starts.
+    assert_eq!(started(2), Some(110), "{trace:?}");
+    assert_eq!(started(1), Some(410), "{trace:?}");
+    let (_, d) = &trace[5];
+    assert!(reason(d, 1).contains("past the starvation limit"), "{d:?}");
+}
