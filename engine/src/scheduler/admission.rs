@@ -1,13 +1,27 @@
 //! One scheduling cycle: which waiting steps start now, on which nodes, what is preempted to
 //! make room, and why each of the others waits.
 //!
-//! `fair` (the default policy): teams under their quota first, then the team with the
+//! `fair` (the default policy): teams below their quota first, then the team with the
 //! smallest dominant resource share per unit of weight (weighted DRF), recomputed after each
 //! admission; within a team, higher priority first, then the oldest. A team never holds more
 //! than its quota plus its borrow limit. A team under its quota whose step does not fit takes
 //! back capacity that other teams borrowed (their borrowed steps are preempted, the best
 //! victims first). `priority`: one queue by priority then age. `fifo`: one queue by age. In
 //! every policy a gang is admitted whole or not at all.
+//!
+//! Preemption (reclaim and `withinTeam`) never chooses a step that started less than one
+//! grace period ago; a step that waits only for such victims says so. The room a step's
+//! victims will free, and the free room its placement needs besides, are held for it for the
+//! rest of the cycle; what its victims free beyond that stays for later under-quota steps.
+//!
+//! Starvation: the oldest step past `starvation_limit` that could ever start (its gang fits
+//! the empty cluster in its pools, and under `fair` within its team's quota plus borrow
+//! limit, which its team's holdings leave room for now) reserves nodes: those it fits on now,
+//! else those it will fit on once what runs there stops (see `reservation_for` for the rule).
+//! It keeps its place in the queue; nothing else starts on its nodes, except steps that could
+//! preempt it anyway (its team's higher priorities, teams reclaiming their quota while it
+//! would borrow), so that the two do not evict each other in turn. Everything else backfills
+//! around the reservation. One step holds a reservation at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,9 +47,14 @@ pub struct Settings {
     pub reclaim: bool,
     /// A step may preempt lower-priority steps of its own team (`withinTeam: lowerPriority`).
     pub within_team: bool,
-    /// A step waiting longer than this (in the unit of `Job::submitted`) reserves capacity:
-    /// until it starts, nothing else does. None: no reservations.
+    /// A step waiting longer than this (in the unit of `Job::submitted`) reserves the nodes
+    /// it will take: until it starts, nothing else starts on them (see the module doc). None:
+    /// no reservations.
     pub starvation_limit: Option<u64>,
+    /// The preemption grace period (in the unit of `Job::submitted`): a running step that
+    /// started less than this long ago is never chosen as a victim, so that what was just
+    /// admitted is not preempted again at once (preemption thrashing).
+    pub grace: u64,
     /// The cycle's time, in the unit of `Job::submitted`.
     pub now: u64,
 }
@@ -49,6 +68,7 @@ impl Default for Settings {
             reclaim: true,
             within_team: true,
             starvation_limit: None,
+            grace: 30,
             now: 0,
         }
     }
@@ -85,28 +105,30 @@ pub fn usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
     usage
 }
 
-/// One cycle over the waiting steps. Deterministic: the same input gives the same decisions.
+/// One cycle over the waiting steps. Deterministic: the same input gives the same decisions,
+/// whatever the order of `waiting`.
 pub fn cycle(
     cluster: &Cluster,
     running: &[Running],
     waiting: &[Job],
     settings: &Settings,
 ) -> Vec<Decision> {
-    let mut free = free_of(cluster, running);
-    let mut usage = usage_of(cluster, running);
-    if let Some(limit) = settings.starvation_limit
-        && let Some(starving) = waiting
-            .iter()
-            .filter(|j| j.submitted.saturating_add(limit) <= settings.now)
-            .filter(|j| {
-                cluster.teams[j.team]
-                    .ceiling()
-                    .is_none_or(|c| (usage[j.team] + j.demand()).fits_in(c))
-            })
-            .min_by_key(|j| (j.submitted, j.id))
-        && placement::place(cluster, &free, starving, settings.placement).is_none()
-    {
-        return reserve(cluster, &free, &usage, waiting, starving);
+    let mut st = State {
+        free: free_of(cluster, running),
+        usage: usage_of(cluster, running),
+        victims: BTreeSet::new(),
+        pending: vec![Res::ZERO; cluster.nodes.len()],
+        reserved: BTreeSet::new(),
+    };
+    let mut out = Vec::with_capacity(waiting.len());
+    // The oldest starving step that could ever start reserves the nodes it will take: those
+    // it fits on now, or those it will fit on once what runs there has stopped. Nothing new
+    // starts on them but it, and the steps that could preempt it anyway (its team's higher
+    // priorities, teams reclaiming their quota): letting them in keeps the two from evicting
+    // each other in turn.
+    let holder = starving(cluster, waiting, &st.usage, settings);
+    if let Some(h) = holder {
+        st.reserved = reservation_for(cluster, running, &st.free, h, settings);
     }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.
@@ -116,20 +138,12 @@ pub fn cycle(
     };
     let mut queues: BTreeMap<usize, Vec<&Job>> = BTreeMap::new();
     for j in waiting {
-        let q = if settings.policy == Policy::Fair {
-            j.team
-        } else {
-            0
-        };
-        queues.entry(q).or_default().push(j);
+        queues.entry(queue_of(j, settings)).or_default().push(j);
     }
     for q in queues.values_mut() {
         q.sort_by_key(|j| key(j));
         q.reverse(); // popped from the end
     }
-    let mut out = Vec::with_capacity(waiting.len());
-    // Running steps already chosen as victims this cycle.
-    let mut victims: BTreeSet<u64> = BTreeSet::new();
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
     loop {
@@ -143,8 +157,11 @@ pub fn cycle(
                 }
                 let rank = |t: usize, j: &Job| {
                     let team = &cluster.teams[t];
-                    let under = (usage[t] + j.demand()).fits_in(team.quota);
-                    let share = usage[t].dominant_share(total) / team.weight.max(1e-9);
+                    // Below its quota, or its next step keeps it within: it goes first, even
+                    // when that step is a gang that takes it past its quota.
+                    let under = below(st.usage[t], team.quota)
+                        || (st.usage[t] + j.demand()).fits_in(team.quota);
+                    let share = st.usage[t].dominant_share(total) / team.weight.max(1e-9);
                     (!under, share)
                 };
                 let (ra, rb) = (rank(**qa, ja), rank(**qb, jb));
@@ -155,79 +172,37 @@ pub fn cycle(
         let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
             break;
         };
-        let team = &cluster.teams[job.team];
-        let demand = job.demand();
-        if settings.policy == Policy::Fair
-            && let Some(ceiling) = team.ceiling()
-            && !(usage[job.team] + demand).fits_in(ceiling)
-        {
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: format!(
-                    "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
-                    team.name, usage[job.team], ceiling, demand
-                ),
-            });
-            continue;
-        }
-        if let Some(nodes) = placement::place(cluster, &free, job, settings.placement) {
-            for &n in &nodes {
-                free[n] = free[n].saturating_sub(job.per_worker);
+        let closed = holder
+            .filter(|h| !st.reserved.is_empty() && h.id != job.id)
+            .filter(|h| !may_preempt(cluster, job, h, &st.usage, settings))
+            .map(|h| h.id);
+        let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
+            Tried::Started => {
+                if holder.is_some_and(|h| h.id == job.id) {
+                    // It has its room: what else was reserved is open again.
+                    st.reserved.clear();
+                }
+                continue;
             }
-            usage[job.team] += demand;
-            out.push(Decision::Admit { job: job.id, nodes });
-            continue;
-        }
-        let under_quota = (usage[job.team] + demand).fits_in(team.quota);
-        if settings.policy == Policy::Fair
-            && settings.reclaim
-            && under_quota
-            && let Some(chosen) = reclaim(cluster, running, &free, &usage, &victims, job, settings)
-        {
-            let n = chosen.len();
-            for v in chosen {
-                // Its team still holds it until it has stopped.
-                victims.insert(v.job.id);
-                out.push(Decision::Preempt {
-                    victim: v.job.id,
+            Tried::Preempting(why) => {
+                out.push(Decision::Wait {
                     job: job.id,
+                    reason: why,
                 });
+                continue;
             }
-            // The room is this step's once the victims have stopped: hold it now.
-            usage[job.team] += demand;
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: format!(
-                    "team {} is under its quota: {n} borrowed step(s) of other teams are being preempted to make room",
-                    team.name
-                ),
-            });
-            continue;
-        }
-        if settings.within_team
-            && settings.policy != Policy::Fifo
-            && let Some(chosen) = lower_priority(cluster, running, &free, &victims, job, settings)
-        {
-            let n = chosen.len();
-            for v in chosen {
-                victims.insert(v.job.id);
-                out.push(Decision::Preempt {
-                    victim: v.job.id,
-                    job: job.id,
-                });
+            Tried::Waits(why) if holder.is_some_and(|h| h.id == job.id) => {
+                let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
+                format!(
+                    "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
+                    nodes.join(", ")
+                )
             }
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: format!(
-                    "{n} lower-priority step(s) of team {} are being preempted to make room",
-                    team.name
-                ),
-            });
-            continue;
-        }
+            Tried::Waits(why) => why,
+        };
         out.push(Decision::Wait {
             job: job.id,
-            reason: why_not(cluster, &free, &usage, job),
+            reason: why,
         });
         if !settings.backfill {
             blocked.insert(q);
@@ -249,32 +224,292 @@ pub fn cycle(
     out
 }
 
-/// The oldest step has starved and does not fit: it keeps the capacity that frees up, and
-/// nothing else starts until it has.
-fn reserve(
+/// Whether `usage` is below `quota` in a resource the quota names (one it does not name is
+/// `u64::MAX`).
+fn below(usage: Res, quota: Res) -> bool {
+    let lt = |u: u64, q: u64| q != u64::MAX && u < q;
+    lt(usage.gpu, quota.gpu) || lt(usage.millicpu, quota.millicpu) || lt(usage.memory, quota.memory)
+}
+
+/// What the cycle has given away so far.
+struct State {
+    /// Each node's free resources, less what was admitted or held this cycle.
+    free: Vec<Res>,
+    /// What each team holds, with what was admitted or held this cycle.
+    usage: Vec<Res>,
+    /// Running steps already chosen as victims this cycle.
+    victims: BTreeSet<u64>,
+    /// Per node, room those victims will free that no step of this cycle has taken yet.
+    pending: Vec<Res>,
+    /// Nodes reserved for a starving step: nothing else starts on them.
+    reserved: BTreeSet<usize>,
+}
+
+fn queue_of(j: &Job, settings: &Settings) -> usize {
+    if settings.policy == Policy::Fair {
+        j.team
+    } else {
+        0
+    }
+}
+
+/// Whether `job` could preempt `holder` if that ran: a higher priority of its team (with
+/// `withinTeam: lowerPriority`), or under `fair` with reclaim, a team under its quota while
+/// `holder` would hold borrowed capacity.
+fn may_preempt(
     cluster: &Cluster,
-    free: &[Res],
+    job: &Job,
+    holder: &Job,
     usage: &[Res],
-    waiting: &[Job],
-    starving: &Job,
-) -> Vec<Decision> {
+    settings: &Settings,
+) -> bool {
+    if job.team == holder.team {
+        return settings.within_team
+            && settings.policy != Policy::Fifo
+            && job.priority > holder.priority;
+    }
+    settings.policy == Policy::Fair
+        && settings.reclaim
+        && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
+        && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+}
+
+/// Whether `job` could start on the empty cluster within its team's ceiling (quota plus
+/// borrow limit, which only `fair` enforces). A step that never could gets no reservation.
+pub(super) fn could_ever_start(cluster: &Cluster, job: &Job, settings: &Settings) -> bool {
+    let empty: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+    placement::place(cluster, &empty, job, settings.placement).is_some()
+        && (settings.policy != Policy::Fair
+            || cluster.teams[job.team]
+                .ceiling()
+                .is_none_or(|c| job.demand().fits_in(c)))
+}
+
+/// The step owed a reservation: the oldest (then lowest id) of those waiting past the
+/// starvation limit that could ever start and that its team's ceiling lets start now.
+pub(super) fn starving<'a>(
+    cluster: &Cluster,
+    waiting: &'a [Job],
+    usage: &[Res],
+    settings: &Settings,
+) -> Option<&'a Job> {
+    let limit = settings.starvation_limit?;
     waiting
         .iter()
-        .map(|j| Decision::Wait {
-            job: j.id,
-            reason: if j.id == starving.id {
+        .filter(|j| j.submitted.saturating_add(limit) <= settings.now)
+        .filter(|j| {
+            settings.policy != Policy::Fair
+                || cluster.teams[j.team]
+                    .ceiling()
+                    .is_none_or(|c| (usage[j.team] + j.demand()).fits_in(c))
+        })
+        .filter(|j| could_ever_start(cluster, j, settings))
+        .min_by_key(|j| (j.submitted, j.id))
+}
+
+/// The nodes a starving step will take: those it fits on now, else those it will fit on once
+/// what runs on them has stopped, chosen so. Its pools' nodes
+/// are taken in order of when they are likely to free up (empty ones first, then those whose
+/// youngest step started longest ago), then the most free now, then the lowest index, until
+/// the gang fits on them as if they were empty; the nodes that placement uses are reserved.
+/// Nodes so reserved only drain (nothing new starts there), so the step starts at the latest
+/// once the steps running on them when the reservation was made have stopped.
+pub(super) fn reservation_for(
+    cluster: &Cluster,
+    running: &[Running],
+    free: &[Res],
+    job: &Job,
+    settings: &Settings,
+) -> BTreeSet<usize> {
+    if let Some(nodes) = placement::place(cluster, free, job, settings.placement) {
+        return nodes.into_iter().collect();
+    }
+    let mut youngest: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
+    for r in running {
+        for &n in &r.nodes {
+            youngest[n] = youngest[n].max(Some(r.started));
+        }
+    }
+    let mut order: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&n| placement::pool_admits(cluster, cluster.nodes[n].pool, job))
+        .collect();
+    order.sort_by_key(|&n| (youngest[n], std::cmp::Reverse(free[n]), n));
+    let mut empty = vec![Res::ZERO; cluster.nodes.len()];
+    for &n in &order {
+        empty[n] = cluster.nodes[n].capacity;
+        if let Some(nodes) = placement::place(cluster, &empty, job, settings.placement) {
+            return nodes.into_iter().collect();
+        }
+    }
+    order.into_iter().collect()
+}
+
+/// What `try_start` did.
+enum Tried {
+    Started,
+    /// Steps are being preempted for it (or it holds room they free): it waits, saying so.
+    Preempting(String),
+    /// It waits, for this reason.
+    Waits(String),
+}
+
+/// Admits `job`, or preempts for it, recording the decisions; otherwise says why it
+/// waits. `reserved_for`: the starving step the reserved nodes are kept for (None when `job`
+/// is that step, or nothing is reserved).
+fn try_start(
+    cluster: &Cluster,
+    running: &[Running],
+    job: &Job,
+    reserved_for: Option<u64>,
+    st: &mut State,
+    settings: &Settings,
+    out: &mut Vec<Decision>,
+) -> Tried {
+    let team = &cluster.teams[job.team];
+    let demand = job.demand();
+    if settings.policy == Policy::Fair
+        && let Some(ceiling) = team.ceiling()
+        && !(st.usage[job.team] + demand).fits_in(ceiling)
+    {
+        return Tried::Waits(format!(
+            "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
+            team.name, st.usage[job.team], ceiling, demand
+        ));
+    }
+    let open = BTreeSet::new();
+    let closed: &BTreeSet<usize> = match reserved_for {
+        Some(_) => &st.reserved,
+        None => &open,
+    };
+    // What this step may use: reserved nodes look full.
+    let mut visible = st.free.clone();
+    for &n in closed {
+        visible[n] = Res::ZERO;
+    }
+    if let Some(nodes) = placement::place(cluster, &visible, job, settings.placement) {
+        for &n in &nodes {
+            st.free[n] = st.free[n].saturating_sub(job.per_worker);
+        }
+        st.usage[job.team] += demand;
+        out.push(Decision::Admit { job: job.id, nodes });
+        return Tried::Started;
+    }
+    let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
+    let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
+    let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
+    // What it could use once the victims chosen so far have stopped.
+    let mut soon = visible.clone();
+    for (n, room) in soon.iter_mut().enumerate() {
+        if !closed.contains(&n) {
+            *room += st.pending[n];
+        }
+    }
+    let find = |settings: &Settings, st: &State| {
+        if may_reclaim
+            && let Some(chosen) = reclaim(cluster, running, &soon, closed, st, job, settings)
+        {
+            return Some((true, chosen));
+        }
+        if may_preempt
+            && let Some(chosen) =
+                lower_priority(cluster, running, &soon, closed, &st.victims, job, settings)
+        {
+            return Some((false, chosen));
+        }
+        None
+    };
+    if let Some((reclaimed, chosen)) = find(settings, st) {
+        let closed = closed.clone();
+        hold(cluster, st, &chosen, &closed, job, settings);
+        let n = chosen.len();
+        let what = if n == 0 {
+            "room that preemptions already under way will free is held for it".to_owned()
+        } else if reclaimed {
+            format!("{n} borrowed step(s) of other teams are being preempted to make room")
+        } else {
+            format!(
+                "{n} lower-priority step(s) of team {} are being preempted to make room",
+                team.name
+            )
+        };
+        for v in chosen {
+            // Its team still holds it until it has stopped.
+            st.victims.insert(v.job.id);
+            out.push(Decision::Preempt {
+                victim: v.job.id,
+                job: job.id,
+            });
+        }
+        if reclaimed {
+            // The room is this step's once the victims have stopped: hold it now.
+            st.usage[job.team] += demand;
+            return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
+        }
+        return Tried::Preempting(what);
+    }
+    if let Some(id) = reserved_for
+        && placement::place(cluster, &st.free, job, settings.placement).is_some()
+    {
+        return Tried::Waits(format!(
+            "capacity is reserved for step {id}, which has waited past the starvation limit"
+        ));
+    }
+    if settings.grace > 0 {
+        let patient = Settings {
+            grace: 0,
+            ..settings.clone()
+        };
+        if let Some((reclaimed, _)) = find(&patient, st) {
+            let whose = if reclaimed {
                 format!(
-                    "past the starvation limit: capacity is reserved for it as it frees up; {}",
-                    why_not(cluster, free, usage, j)
+                    "team {} is under its quota, but the borrowed steps in its way",
+                    team.name
                 )
             } else {
-                format!(
-                    "capacity is reserved for step {}, which has waited past the starvation limit",
-                    starving.id
-                )
-            },
-        })
-        .collect()
+                format!("the lower-priority steps of team {} in its way", team.name)
+            };
+            return Tried::Waits(format!(
+                "{whose} started less than the grace period ({}s) ago; preempted after that",
+                settings.grace
+            ));
+        }
+    }
+    Tried::Waits(why_not(cluster, &st.free, &st.usage, job))
+}
+
+/// Holds for `job` the room its victims (and those chosen earlier this cycle) will free, and
+/// what else its placement needs of the free room now, so that no later step of this cycle
+/// takes it; what the victims free beyond that stays pending for later steps.
+fn hold(
+    cluster: &Cluster,
+    st: &mut State,
+    victims: &[&Running],
+    closed: &BTreeSet<usize>,
+    job: &Job,
+    settings: &Settings,
+) {
+    let mut room = st.pending.clone();
+    for v in victims {
+        release(&mut room, v, closed);
+    }
+    let mut after: Vec<Res> = st.free.iter().zip(&room).map(|(f, r)| *f + *r).collect();
+    for &n in closed {
+        after[n] = Res::ZERO;
+    }
+    if let Some(nodes) = placement::place(cluster, &after, job, settings.placement) {
+        for n in nodes {
+            let rest = job.per_worker.saturating_sub(room[n]);
+            room[n] = room[n].saturating_sub(job.per_worker);
+            st.free[n] = st.free[n].saturating_sub(rest);
+        }
+    }
+    st.pending = room;
+}
+
+/// Whether a running step is old enough to be preempted: it started at least one grace
+/// period ago.
+fn preemptible(r: &Running, settings: &Settings) -> bool {
+    settings.now >= r.started.saturating_add(settings.grace)
 }
 
 /// Running steps of teams above their quota whose stopping lets `job` fit, best victims
@@ -284,22 +519,27 @@ fn reclaim<'a>(
     cluster: &Cluster,
     running: &'a [Running],
     free: &[Res],
-    usage: &[Res],
-    taken: &BTreeSet<u64>,
+    closed: &BTreeSet<usize>,
+    st: &State,
     job: &Job,
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
     // What each team will hold once the victims already chosen this cycle have stopped.
-    let mut usage = usage.to_vec();
+    let taken = &st.victims;
+    let mut usage = st.usage.clone();
     for r in running.iter().filter(|r| taken.contains(&r.job.id)) {
         usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
     }
     let mut candidates: Vec<&Running> = running
         .iter()
         .filter(|r| r.job.team != job.team && !taken.contains(&r.job.id))
+        .filter(|r| preemptible(r, settings))
         .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
@@ -309,13 +549,11 @@ fn reclaim<'a>(
                 .quota
                 .fits_in(usage[r.job.team].saturating_sub(r.job.demand()))
         {
-            for &n in &r.nodes {
-                free[n] += r.job.per_worker;
-            }
+            release(&mut free, r, closed);
             usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
             chosen.push(r);
             if placement::place(cluster, &free, job, settings.placement).is_some() {
-                return Some(prune(cluster, free, chosen, job, settings));
+                return Some(prune(cluster, free, chosen, closed, job, settings));
             }
         }
     }
@@ -328,6 +566,7 @@ fn lower_priority<'a>(
     cluster: &Cluster,
     running: &'a [Running],
     free: &[Res],
+    closed: &BTreeSet<usize>,
     taken: &BTreeSet<u64>,
     job: &Job,
     settings: &Settings,
@@ -335,22 +574,33 @@ fn lower_priority<'a>(
     let mut candidates: Vec<&Running> = running
         .iter()
         .filter(|r| {
-            r.job.team == job.team && r.job.priority < job.priority && !taken.contains(&r.job.id)
+            r.job.team == job.team
+                && r.job.priority < job.priority
+                && !taken.contains(&r.job.id)
+                && preemptible(r, settings)
         })
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
-        for &n in &r.nodes {
-            free[n] += r.job.per_worker;
-        }
+        release(&mut free, r, closed);
         chosen.push(r);
         if placement::place(cluster, &free, job, settings.placement).is_some() {
-            return Some(prune(cluster, free, chosen, job, settings));
+            return Some(prune(cluster, free, chosen, closed, job, settings));
         }
     }
     None
+}
+
+/// Adds what `r` holds to `free`, except on `closed` (reserved) nodes, which stay full.
+fn release(free: &mut [Res], r: &Running, closed: &BTreeSet<usize>) {
+    for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
+        free[n] += r.job.per_worker;
+    }
 }
 
 /// The spec's victim order: interruptible and checkpointed first, then the least work lost
@@ -371,6 +621,7 @@ fn prune<'a>(
     cluster: &Cluster,
     mut free: Vec<Res>,
     mut chosen: Vec<&'a Running>,
+    closed: &BTreeSet<usize>,
     job: &Job,
     settings: &Settings,
 ) -> Vec<&'a Running> {
@@ -378,15 +629,13 @@ fn prune<'a>(
     while i > 0 {
         i -= 1;
         let r = chosen[i];
-        for &n in &r.nodes {
+        for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
             free[n] = free[n].saturating_sub(r.job.per_worker);
         }
         if placement::place(cluster, &free, job, settings.placement).is_some() {
             chosen.remove(i);
         } else {
-            for &n in &r.nodes {
-                free[n] += r.job.per_worker;
-            }
+            release(&mut free, r, closed);
         }
     }
     chosen

@@ -79,6 +79,7 @@ impl Config {
                 within_team: s.within_team,
                 // Seconds: the simulator's unit (the executor will set its own).
                 starvation_limit: s.starvation_limit.map(|d| d.as_secs()),
+                grace: s.grace_period.as_secs(),
                 now: 0,
             },
             priorities,

@@ -3,11 +3,16 @@
 //! Pure functions over plain data (`cluster`: nodes, pools, teams; `Job`: what a step asks
 //! for; `Running`: what holds nodes now), so that the local executor, Kubernetes and the
 //! simulator share one implementation, and property tests can check its promises on random
-//! clusters. In progress (see the scheduler issue): gang admission, binpack/spread placement,
-//! quotas with borrow limits and reclaim, weighted dominant-resource fair share, priorities
-//! with within-team preemption, and the human-readable reasons are here; starvation
-//! reservations, the grace-period rules of preemption, rate limits, the Cluster file's
-//! decoding, the executor's use of it and the simulator are not yet.
+//! clusters. Here: gang admission, binpack/spread placement, quotas with borrow limits and
+//! reclaim, weighted dominant-resource fair share, priorities with within-team preemption,
+//! the preemption grace period (a step that started less than `gracePeriod` ago is never a
+//! victim), starvation reservations (the oldest step past `starvationLimit` that could ever
+//! start reserves the nodes it will take; others backfill around them), the human-readable
+//! reasons, the Cluster file's translation (`config`) and the simulator (`simulate`). Not yet:
+//! rate limits (`maxTrialsPerMinute`, `maxQueued`), and any executor calling the cycle (only
+//! `sluice simulate` does). A cycle keeps no state between calls: a victim told to stop is
+//! still in `running` until it has, and the room it frees is held for its step only within
+//! the cycle that chose it.
 
 pub mod admission;
 pub mod cluster;
