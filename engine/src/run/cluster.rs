@@ -63,10 +63,10 @@ impl Scheduling {
     pub fn new(spec: ClusterSpec) -> Scheduling {
         let mut config = Config::from_spec(&spec);
         // The executor's unit is the millisecond (the simulator's is the second).
-        config.settings.starvation_limit = spec
-            .scheduling
-            .starvation_limit
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        config.settings.starvation_limit = spec.scheduling.starvation_limit.map(ms);
+        config.settings.grace = ms(spec.scheduling.grace_period);
+        config.settings.unit_ms = 1;
         Scheduling { spec, config }
     }
 

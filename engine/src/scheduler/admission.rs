@@ -57,6 +57,9 @@ pub struct Settings {
     pub grace: u64,
     /// The cycle's time, in the unit of `Job::submitted`.
     pub now: u64,
+    /// Milliseconds in that unit (1000: seconds, as the simulator counts; 1: milliseconds, as
+    /// the executor does), for durations written in reasons.
+    pub unit_ms: u64,
 }
 
 impl Default for Settings {
@@ -70,6 +73,7 @@ impl Default for Settings {
             starvation_limit: None,
             grace: 30,
             now: 0,
+            unit_ms: 1000,
         }
     }
 }
@@ -468,9 +472,9 @@ fn try_start(
             } else {
                 format!("the lower-priority steps of team {} in its way", team.name)
             };
+            let secs = settings.grace.saturating_mul(settings.unit_ms) as f64 / 1000.0;
             return Tried::Waits(format!(
-                "{whose} started less than the grace period ({}s) ago; preempted after that",
-                settings.grace
+                "{whose} started less than the grace period ({secs}s) ago; preempted after that"
             ));
         }
     }
@@ -543,11 +547,13 @@ fn reclaim<'a>(
     let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
-        // Only what the team borrowed: its quota stays whole.
+        // Only what the team borrowed: its quota stays whole (in every resource the quota
+        // names; the others are unlimited, so never "held in full").
         if !(usage[r.job.team]).fits_in(cluster.teams[r.job.team].quota)
-            && cluster.teams[r.job.team]
-                .quota
-                .fits_in(usage[r.job.team].saturating_sub(r.job.demand()))
+            && !below(
+                usage[r.job.team].saturating_sub(r.job.demand()),
+                cluster.teams[r.job.team].quota,
+            )
         {
             release(&mut free, r, closed);
             usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());

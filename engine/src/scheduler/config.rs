@@ -77,10 +77,11 @@ impl Config {
                 backfill: s.backfill,
                 reclaim: s.reclaim,
                 within_team: s.within_team,
-                // Seconds: the simulator's unit (the executor will set its own).
+                // Seconds: the simulator's unit (the executor sets milliseconds: run::cluster).
                 starvation_limit: s.starvation_limit.map(|d| d.as_secs()),
                 grace: s.grace_period.as_secs(),
                 now: 0,
+                unit_ms: 1000,
             },
             priorities,
             default_priority,

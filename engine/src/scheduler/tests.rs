@@ -143,6 +143,44 @@ fn weighted_fair_share_splits_idle_capacity_by_weight() {
 }
 
 #[test]
+fn a_borrower_with_a_quota_of_its_own_gives_back_only_what_it_borrowed() {
+    // nlp's quota is 4 GPUs (CPU and memory unnamed: unlimited) and it holds all 8 with two
+    // 4-GPU steps; vision (quota 4) waits for 4. One of nlp's steps is borrowed: that one
+    // goes, and nlp keeps its quota.
+    let c = cluster(
+        2,
+        vec![team("vision", 1.0, 4, None), team("nlp", 1.0, 4, None)],
+    );
+    let running: Vec<Running> = (0..2)
+        .map(|i| Running {
+            job: job(10 + i, 1, 1, 4),
+            nodes: vec![i as usize],
+            started: i,
+            work_at_risk: i,
+        })
+        .collect();
+    let later = Settings {
+        now: 3600,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &later);
+    let victims: Vec<u64> = d
+        .iter()
+        .filter_map(|x| match x {
+            Decision::Preempt { victim, job: 1 } => Some(*victim),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(victims.len(), 1, "{d:?}");
+    // With only its quota's worth running, nlp keeps it.
+    let d = cycle(&c, &running[..1], &[job(1, 0, 2, 4)], &later);
+    assert!(
+        !d.iter().any(|x| matches!(x, Decision::Preempt { .. })),
+        "{d:?}"
+    );
+}
+
+#[test]
 fn a_team_under_quota_reclaims_what_another_borrowed() {
     // 8 GPUs. nlp (no quota) borrowed all 8; vision's quota is 4 and it now waits for 4.
     let c = cluster(
@@ -534,6 +572,7 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
                 },
                 backfill,
                 reclaim,
+                unit_ms: 1000,
             };
             let d = cycle(&c, &[], &first, &settings);
             let a = admitted(&d);
@@ -659,7 +698,13 @@ proptest! {
                     continue; // within the team: lower priority, checked above
                 }
                 after[v.team] = after[v.team].saturating_sub(v.demand());
-                prop_assert!(c.teams[v.team].quota.fits_in(after[v.team]),
+                // Still holds its whole quota in every resource the quota names.
+                let q = c.teams[v.team].quota;
+                let holds = |h: u64, q: u64| q == u64::MAX || h >= q;
+                prop_assert!(
+                    holds(after[v.team].gpu, q.gpu)
+                        && holds(after[v.team].millicpu, q.millicpu)
+                        && holds(after[v.team].memory, q.memory),
                     "team {} pushed below its quota", v.team);
                 prop_assert!((before[by_id[job].team] + by_id[job].demand()).fits_in(c.teams[by_id[job].team].quota));
             }
