@@ -114,6 +114,11 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
                 "gpu_hours": round(by_team[t] / 3600.0, 2),
                 "cost": round(cost, 2),
                 "wait_seconds": waits(&simulate::waits(report, jobs, |j| j.team == t)),
+                "never_started": jobs
+                    .iter()
+                    .filter(|j| j.job.team == t)
+                    .filter(|j| report.jobs.get(&j.job.id).is_none_or(|o| o.first_start.is_none()))
+                    .count(),
             }),
         );
     }
@@ -129,11 +134,6 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         }
     }
     let completed = report.jobs.values().filter(|o| o.end.is_some()).count();
-    let never = report
-        .jobs
-        .values()
-        .filter(|o| o.first_start.is_none())
-        .count();
     json!({
         "gpu_utilization": round(report.gpu_utilization, 4),
         "partial_gang_gpu_hours": round(report.partial_gang_gpu_seconds as f64 / 3600.0, 2),
@@ -142,7 +142,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         "wait_seconds": waits(&all),
         "jobs": jobs.len(),
         "completed": completed,
-        "never_started": never,
+        "never_started": report.never_started,
         "makespan_seconds": report.makespan,
         "preemptions": report.preemptions,
         "gpu_hours_lost": round(report.gpu_seconds_lost as f64 / 3600.0, 2),
@@ -154,7 +154,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
 fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>9}",
+        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>9} {:>13}",
         "POLICY",
         "GPU UTIL",
         "JAIN",
@@ -165,7 +165,8 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         "GPU-H LOST",
         "PARTIAL GPU-H",
         "DEADLOCKS",
-        "COMPLETED"
+        "COMPLETED",
+        "NEVER STARTED"
     )?;
     let s = |v: &Value| match v {
         Value::Null => "-".to_owned(),
@@ -175,7 +176,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         let p = &doc["policies"][name];
         writeln!(
             out,
-            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>4}/{:<4}",
+            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>4}/{:<4} {:>13}",
             name,
             p["gpu_utilization"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["jain_fairness"]),
@@ -188,6 +189,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
             s(&p["deadlocks"]),
             s(&p["completed"]),
             s(&p["jobs"]),
+            s(&p["never_started"]),
         )?;
     }
     let mut per_team: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -51,6 +51,12 @@ pub struct Report {
     /// Times the replay stopped with work waiting that could never progress (partial gangs
     /// holding what the others need).
     pub deadlocks: u32,
+    /// When the replay stopped: the last end, or the point where nothing could progress any
+    /// more (nothing runs, nothing arrives, something still waits). Jobs that never started
+    /// count as waiting until then.
+    pub stopped_at: u64,
+    /// Jobs that never started.
+    pub never_started: u64,
 }
 
 /// Adds what a job held from its start until `now` to the report's per team and pool sums.
@@ -130,6 +136,7 @@ pub fn run(
                 // Nothing runs, nothing arrives, nothing can start: stuck for good.
                 report.deadlocks += u32::from(partial.values().any(|p| !p.is_empty()));
                 report.makespan = report.makespan.max(now);
+                report.stopped_at = now;
                 let running = with_partial(&live, &waiting, &partial);
                 check(now, &running);
                 report.events += 1;
@@ -221,6 +228,7 @@ pub fn run(
             .min();
         let next_in = arrivals.get(next_arrival).map(|a| a.job.submitted);
         let Some(next) = [next_end, next_in].into_iter().flatten().min() else {
+            report.stopped_at = now;
             break;
         };
         let gpus: u64 = live.values().map(|l| l.running.job.demand().gpu).sum();
@@ -232,6 +240,12 @@ pub fn run(
         report.partial_gang_gpu_seconds += held * (next - now);
         now = next;
     }
+    report.stopped_at = report.stopped_at.max(report.makespan);
+    report.never_started = report
+        .jobs
+        .values()
+        .filter(|o| o.first_start.is_none())
+        .count() as u64;
     if report.makespan > 0 && total_gpu > 0 {
         report.gpu_utilization =
             used_gpu_seconds as f64 / (u128::from(total_gpu) * u128::from(report.makespan)) as f64;
@@ -334,15 +348,24 @@ fn place_pods(
     }
 }
 
-/// Waits (first start minus submission) of the jobs matching `keep`, sorted.
+/// How long `job` waited: first start minus submission, or, for a job that never started,
+/// the time the replay stopped minus submission (a stuck queue must not look fast).
+pub fn wait_of(report: &Report, job: &Job) -> u64 {
+    let start = report
+        .jobs
+        .get(&job.id)
+        .and_then(|o| o.first_start)
+        .unwrap_or(report.stopped_at);
+    start.saturating_sub(job.submitted)
+}
+
+/// Waits (see [`wait_of`]) of the jobs matching `keep`, sorted; jobs that never started
+/// count as waiting until the replay stopped.
 pub fn waits(report: &Report, jobs: &[SimJob], keep: impl Fn(&Job) -> bool) -> Vec<u64> {
     let mut w: Vec<u64> = jobs
         .iter()
         .filter(|j| keep(&j.job))
-        .filter_map(|j| {
-            let o = report.jobs.get(&j.job.id)?;
-            Some(o.first_start? - j.job.submitted)
-        })
+        .map(|j| wait_of(report, &j.job))
         .collect();
     w.sort_unstable();
     w
@@ -375,4 +398,71 @@ pub fn gpu_seconds_by_team(cluster: &Cluster, report: &Report, jobs: &[SimJob]) 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::cluster::{Node, Pool, Res, Team};
+
+    const GI: u64 = 1 << 30;
+
+    /// `nodes` nodes of `gpu` GPUs, one pool, one team without a quota.
+    pub(super) fn lab(nodes: usize, gpu: u64) -> Cluster {
+        Cluster {
+            pools: vec![Pool {
+                name: "a".into(),
+                interruptible: false,
+                labels: BTreeMap::new(),
+            }],
+            nodes: (0..nodes)
+                .map(|_| Node {
+                    pool: 0,
+                    capacity: Res::new(gpu, 32_000, 256 * GI),
+                })
+                .collect(),
+            teams: vec![Team {
+                name: "t".into(),
+                weight: 1.0,
+                quota: Res::ZERO,
+                borrow_limit: None,
+            }],
+        }
+    }
+
+    pub(super) fn sim(id: u64, submitted: u64, workers: u32, gpu: u64, duration: u64) -> SimJob {
+        SimJob {
+            job: Job {
+                id,
+                team: 0,
+                priority: 100,
+                workers,
+                per_worker: Res::new(gpu, 1000, GI),
+                interruptible: false,
+                checkpointed: false,
+                flavor: None,
+                submitted,
+            },
+            duration,
+            checkpoint_every: None,
+        }
+    }
+
+    #[test]
+    fn jobs_that_never_start_wait_until_the_replay_stops() {
+        // One 4-GPU node: a 1-GPU job runs 0..100; a gang of 2 x 4 GPUs can never be placed.
+        let c = lab(1, 4);
+        let jobs = vec![sim(0, 0, 1, 1, 100), sim(1, 10, 2, 4, 50)];
+        for policy in [admission::Policy::Fair, admission::Policy::Fifo] {
+            let settings = Settings {
+                policy,
+                ..Settings::default()
+            };
+            let r = run(&c, &jobs, &settings, |_, _| {});
+            assert_eq!(r.never_started, 1, "{policy:?}: {r:?}");
+            assert_eq!(r.stopped_at, 100, "{policy:?}: {r:?}");
+            // The gang waited from 10 until the replay stopped at 100.
+            assert_eq!(waits(&r, &jobs, |_| true), vec![0, 90], "{policy:?}");
+        }
+    }
 }
