@@ -85,40 +85,56 @@ fn waits(w: &[u64]) -> Value {
     json!({"p50": q(0.5), "p95": q(0.95), "p99": q(0.99)})
 }
 
-/// One policy's measurements, in the shape of the CLI contract.
+/// One policy's measurements, in the shape of the CLI contract. One pass over the jobs: a
+/// million-job replay with a thousand teams must not be teams x jobs.
 fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
     let cluster = &config.cluster;
-    let all = simulate::waits(report, jobs, |_| true);
     let by_team = simulate::gpu_seconds_by_team(cluster, report, jobs);
+    let mut all = Vec::with_capacity(jobs.len());
+    let mut team_waits: Vec<Vec<u64>> = vec![Vec::new(); cluster.teams.len()];
+    let mut team_never = vec![0u64; cluster.teams.len()];
+    let mut class_waits: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
+    for j in jobs {
+        let w = simulate::wait_of(report, &j.job);
+        all.push(w);
+        if let Some(t) = team_waits.get_mut(j.job.team) {
+            t.push(w);
+        }
+        if report
+            .jobs
+            .get(&j.job.id)
+            .is_none_or(|o| o.first_start.is_none())
+            && let Some(n) = team_never.get_mut(j.job.team)
+        {
+            *n += 1;
+        }
+        class_waits.entry(j.job.priority).or_default().push(w);
+    }
+    all.sort_unstable();
+    let mut team_cost = vec![0.0; cluster.teams.len()];
+    for ((t, pool), (gpu_s, cpu_s)) in &report.held {
+        let (gh, ch) = config.prices.get(*pool).copied().unwrap_or_default();
+        if let Some(c) = team_cost.get_mut(*t) {
+            *c += (*gpu_s as f64 * gh + *cpu_s as f64 * ch) / 3600.0;
+        }
+    }
     let mut teams = serde_json::Map::new();
     let mut shares = Vec::new();
     for (t, team) in cluster.teams.iter().enumerate() {
-        let n = jobs.iter().filter(|j| j.job.team == t).count();
-        if n == 0 {
+        let w = &mut team_waits[t];
+        if w.is_empty() {
             continue;
         }
+        w.sort_unstable();
         shares.push(by_team[t] / team.weight.max(1e-9));
-        let cost: f64 = report
-            .held
-            .iter()
-            .filter(|((tt, _), _)| *tt == t)
-            .map(|((_, pool), (gpu_s, cpu_s))| {
-                let (gh, ch) = config.prices.get(*pool).copied().unwrap_or_default();
-                (*gpu_s as f64 * gh + *cpu_s as f64 * ch) / 3600.0
-            })
-            .sum();
         teams.insert(
             team.name.clone(),
             json!({
-                "jobs": n,
+                "jobs": w.len(),
                 "gpu_hours": round(by_team[t] / 3600.0, 2),
-                "cost": round(cost, 2),
-                "wait_seconds": waits(&simulate::waits(report, jobs, |j| j.team == t)),
-                "never_started": jobs
-                    .iter()
-                    .filter(|j| j.job.team == t)
-                    .filter(|j| report.jobs.get(&j.job.id).is_none_or(|o| o.first_start.is_none()))
-                    .count(),
+                "cost": round(team_cost[t], 2),
+                "wait_seconds": waits(w),
+                "never_started": team_never[t],
             }),
         );
     }
@@ -126,11 +142,9 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
     let mut classes: Vec<(&String, &i64)> = config.priorities.iter().collect();
     classes.sort_by_key(|(n, v)| (std::cmp::Reverse(**v), (*n).clone()));
     for (name, value) in classes {
-        if jobs.iter().any(|j| j.job.priority == *value) {
-            priorities.insert(
-                name.clone(),
-                json!({"wait_seconds": waits(&simulate::waits(report, jobs, |j| j.priority == *value))}),
-            );
+        if let Some(w) = class_waits.get_mut(value) {
+            w.sort_unstable();
+            priorities.insert(name.clone(), json!({"wait_seconds": waits(w)}));
         }
     }
     let completed = report.jobs.values().filter(|o| o.end.is_some()).count();
@@ -144,8 +158,11 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         "completed": completed,
         "never_started": report.never_started,
         "makespan_seconds": report.makespan,
+        "stopped_at_seconds": report.stopped_at,
         "preemptions": report.preemptions,
         "gpu_hours_lost": round(report.gpu_seconds_lost as f64 / 3600.0, 2),
+        "fragmentation": round(report.fragmentation, 4),
+        "fragmented_gpu_hours": round(report.fragmented_gpu_seconds as f64 / 3600.0, 2),
         "teams": Value::Object(teams),
         "priorities": Value::Object(priorities),
     })
@@ -154,7 +171,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
 fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>9} {:>13}",
+        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>6} {:>9} {:>13}",
         "POLICY",
         "GPU UTIL",
         "JAIN",
@@ -165,6 +182,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         "GPU-H LOST",
         "PARTIAL GPU-H",
         "DEADLOCKS",
+        "FRAG",
         "COMPLETED",
         "NEVER STARTED"
     )?;
@@ -176,7 +194,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         let p = &doc["policies"][name];
         writeln!(
             out,
-            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>4}/{:<4} {:>13}",
+            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>5.1}% {:>4}/{:<4} {:>13}",
             name,
             p["gpu_utilization"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["jain_fairness"]),
@@ -187,6 +205,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
             s(&p["gpu_hours_lost"]),
             s(&p["partial_gang_gpu_hours"]),
             s(&p["deadlocks"]),
+            p["fragmentation"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["completed"]),
             s(&p["jobs"]),
             s(&p["never_started"]),
