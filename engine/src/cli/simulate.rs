@@ -21,7 +21,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
     /// The workload: a CSV with submit,team,workers,gpu,cpu,memory,duration,priority,
-    /// interruptible,checkpoint_every,flavor (extra columns ignored).
+    /// interruptible,checkpoint_every,flavor (extra columns ignored), or a YAML file with
+    /// kind: Workload (spec.jobs, or a seeded spec.generate); told apart by extension, else
+    /// by content.
     #[arg(long, value_name = "FILE")]
     pub workload: PathBuf,
     /// A policy to replay (repeatable): fifo, priority, fair. Default: all three.
@@ -47,8 +49,24 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
     let wl = args.workload.display().to_string();
     let text = std::fs::read_to_string(&args.workload)
         .map_err(|e| Error::Usage(format!("cannot read {wl}: {e}")))?;
-    let jobs =
-        crate::scheduler::workload::read_csv(&wl, &text, &mut config).map_err(Error::Usage)?;
+    let jobs = if is_yaml(&args.workload, &text) {
+        let loaded = spec::load(&wl, text);
+        let mut diags = spec::Diagnostics::new(wl.clone());
+        let jobs = spec::workload::read(&loaded, &mut diags)
+            .and_then(|w| crate::scheduler::workload::from_spec(&w, &mut config, &mut diags));
+        let mut all = loaded.diagnostics.into_sorted();
+        all.extend(diags.into_sorted());
+        all.retain(|d| d.severity == spec::Severity::Error);
+        match jobs.filter(|_| all.is_empty()) {
+            Some(jobs) => jobs,
+            None => {
+                output::diagnostics(&all);
+                return Ok(Outcome::Invalid);
+            }
+        }
+    } else {
+        crate::scheduler::workload::read_csv(&wl, &text, &mut config).map_err(Error::Usage)?
+    };
     let names: Vec<String> = if args.policies.is_empty() {
         vec!["fifo".into(), "priority".into(), "fair".into()]
     } else {
@@ -73,6 +91,23 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
     }
     .map_err(Error::output)?;
     Ok(Outcome::Success)
+}
+
+/// A workload is YAML (`kind: Workload`) when its name ends in .yaml or .yml, or, with
+/// another extension than .csv, when its first line that is not blank or a comment looks like
+/// YAML (`---`, `apiVersion:`, `kind:`); otherwise it is the CSV.
+fn is_yaml(path: &std::path::Path, text: &str) -> bool {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("yaml" | "yml") => return true,
+        Some("csv") => return false,
+        _ => {}
+    }
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .is_some_and(|l| {
+            l.starts_with("---") || l.starts_with("apiVersion:") || l.starts_with("kind:")
+        })
 }
 
 fn round(x: f64, digits: i32) -> Value {

@@ -300,15 +300,16 @@ impl Sim<'_> {
         }
     }
 
-    /// Work at risk, for the victim order: time since the last checkpoint, as of `now`. Set
-    /// after an instant's cycles, so the next instant's cycles see it as of this one (as the
-    /// simulator always has; see docs/benchmarks.md).
-    fn update_work_at_risk(&mut self, now: u64) {
+    /// Work at risk, for the victim order: time since the last checkpoint, as of `at`. An
+    /// instant's cycles see it as of the previous event (as the simulator always has; steps
+    /// admitted at this instant have none), so it is set lazily before the first cycle of an
+    /// instant, not after every event.
+    fn update_work_at_risk(&mut self, at: u64) {
         for r in &mut self.running {
             let Some(i) = self.ids.get(r.job.id) else {
                 continue;
             };
-            let done = self.done_before[i] + (now - r.started);
+            let done = self.done_before[i] + at.saturating_sub(r.started);
             r.work_at_risk = match self.jobs[i].checkpoint_every {
                 Some(every) if every > 0 => done % every,
                 _ => done,
@@ -467,6 +468,8 @@ pub fn run(
     let mut next_arrival = 0;
     let mut used_gpu_seconds: u128 = 0;
     let mut now = 0u64;
+    // The previous event's time: what work at risk is measured at (`update_work_at_risk`).
+    let mut previous = 0u64;
     loop {
         // Ends due now.
         while let Some(Reverse((t, i, g))) = sim.ends.peek().copied()
@@ -500,8 +503,10 @@ pub fn run(
             }
             check(now, &sim.with_partial());
         } else {
+            if !sim.waiting.is_empty() {
+                sim.update_work_at_risk(previous);
+            }
             sim.cycles(settings, now);
-            sim.update_work_at_risk(now);
             check(now, &sim.running);
         }
         sim.report.events += 1;
@@ -513,6 +518,7 @@ pub fn run(
         };
         used_gpu_seconds += u128::from(sim.running_gpu) * u128::from(next - now);
         sim.account(now, next);
+        previous = now;
         now = next;
     }
     let mut report = sim.report;

@@ -17,6 +17,7 @@ mod pipeline;
 mod sweep;
 pub mod template;
 pub mod units;
+pub mod workload;
 pub mod yaml;
 
 use std::collections::BTreeMap;
