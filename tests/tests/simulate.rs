@@ -206,3 +206,26 @@ fn bad_yaml_workloads_are_reported_by_file_line_and_column() {
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
 }
+
+#[test]
+fn chart_writes_an_svg_with_both_panels_and_a_line_per_policy() {
+    let tmp = TempDir::new("simulate-chart");
+    let svg = tmp.path().join("c.svg");
+    let path = svg.display().to_string();
+    let out = example(&["--policy", "fifo", "--policy", "fair", "--chart", &path]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let text = std::fs::read_to_string(&svg).expect("the chart was written");
+    assert!(text.starts_with("<svg"));
+    assert!(text.contains("GPU utilization") && text.contains("Queue length"));
+    assert!(
+        text.contains("\nfifo\n") && text.contains("\nfair\n"),
+        "{text}"
+    );
+    // Two series (2 px lines) in each of the two panels.
+    assert_eq!(
+        text.matches("stroke-width=\"2\" points=").count(),
+        4,
+        "{text}"
+    );
+    assert!(text.len() < 200_000);
+}

@@ -2,6 +2,8 @@
 //! policy, side by side. The JSON is byte-identical for the same inputs (keys in a fixed
 //! order, numbers rounded, no wall-clock values).
 
+mod chart;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -29,6 +31,10 @@ pub struct Args {
     /// A policy to replay (repeatable): fifo, priority, fair. Default: all three.
     #[arg(long = "policy", value_name = "POLICY")]
     pub policies: Vec<String>,
+    /// Also write an SVG chart of GPU utilization and queue length over time, one line per
+    /// policy (time-averaged over at most 1024 buckets).
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<PathBuf>,
 }
 
 pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
@@ -73,6 +79,7 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
         args.policies.clone()
     };
     let mut policies = serde_json::Map::new();
+    let mut lines = Vec::new();
     for name in &names {
         let Some(policy) = config::policy(name) else {
             return Err(Error::Usage(format!(
@@ -83,6 +90,13 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
         settings.policy = policy;
         let report = simulate::run(&config.cluster, &jobs, &settings, |_, _| {});
         policies.insert(name.clone(), summary(&config, &jobs, &report));
+        lines.push(chart::Line {
+            policy: name,
+            points: report.series.points(report.stopped_at),
+        });
+    }
+    if let Some(path) = &args.chart {
+        chart::write(path, &lines, config.cluster.total().gpu).map_err(Error::Usage)?;
     }
     let doc = json!({ "policies": Value::Object(policies) });
     match format {
