@@ -183,6 +183,23 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         };
         return katib::decode(cx, metadata, spec).map(|s| Document::Sweep(Box::new(s)));
     }
+    if kind.0 == "Workload" {
+        // Checked here, so `sluice lint` reports a Workload's problems; `sluice simulate`
+        // reads it (`workload::read`).
+        match spec {
+            Some(spec) => workload::check(cx, spec),
+            None => {
+                cx.d.error(node.pos, "missing 'spec'")
+                    .help("add spec: with jobs: [...] or generate: {...}");
+            }
+        }
+        return Some(Document::Pending(Pending {
+            kind: kind.0,
+            metadata,
+            pos: node.pos,
+            spec: spec.cloned(),
+        }));
+    }
     let what = match kind.0.as_str() {
         "Cluster" => "cluster configuration arrives with the scheduler",
         "Schedule" => "schedules arrive with the server",

@@ -132,8 +132,8 @@ const GENERATE_FIELDS: &[&str] = &[
     "checkpointEvery",
 ];
 
-/// Reads the first Workload document of a loaded file; None when it has none or it is wrong
-/// (every problem reported).
+/// Reads the first Workload document of a loaded file; None when it has none (reported) or
+/// the file has errors (already in `loaded.diagnostics`).
 pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<WorkloadSpec> {
     let doc = loaded.documents.iter().find_map(|d| match d {
         Document::Pending(p) if p.kind == "Workload" => Some(p),
@@ -145,19 +145,23 @@ pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<WorkloadSpec> {
             .help("--workload takes a CSV, or a YAML file holding kind: Workload");
         return None;
     };
-    let Some(spec) = doc.spec.as_ref() else {
-        diags
-            .error(doc.pos, "the Workload has no spec")
-            .help("add spec: with jobs: [...] or generate: {...}");
+    // `load` has checked the document (`check`) and holds its problems: report them once.
+    if loaded.diagnostics.has_errors() {
         return None;
-    };
+    }
+    let spec = doc.spec.as_ref()?;
+    let mut scratch = Diagnostics::new(diags.path().to_owned());
     let mut cx = Cx {
         src: &loaded.source,
-        d: diags,
+        d: &mut scratch,
     };
-    let before = cx.d.error_count();
     let out = decode(&mut cx, spec);
-    (cx.d.error_count() == before).then_some(out).flatten()
+    (!scratch.has_errors()).then_some(out).flatten()
+}
+
+/// Reports every problem of a Workload's spec (called by `load`, for `sluice lint`).
+pub(super) fn check(cx: &mut Cx<'_>, spec: &Node) {
+    let _ = decode(cx, spec);
 }
 
 fn decode(cx: &mut Cx<'_>, spec: &Node) -> Option<WorkloadSpec> {
