@@ -186,7 +186,11 @@ fn decode(cx: &mut Cx<'_>, spec: &Node) -> Option<WorkloadSpec> {
                     .help("add jobs: [{submit: 0, team: vision, gpu: 1, duration: 1h}]");
                 return None;
             }
-            let jobs: Vec<Option<JobSpec>> = items.iter().map(|j| job(cx, j)).collect();
+            let jobs: Vec<Option<JobSpec>> = items
+                .iter()
+                .enumerate()
+                .map(|(i, j)| job(cx, j, i))
+                .collect();
             jobs.into_iter()
                 .collect::<Option<Vec<_>>>()
                 .map(WorkloadSpec::Jobs)
@@ -200,13 +204,14 @@ fn decode(cx: &mut Cx<'_>, spec: &Node) -> Option<WorkloadSpec> {
     }
 }
 
-fn job(cx: &mut Cx<'_>, node: &Node) -> Option<JobSpec> {
-    cx.fields(node, "jobs[]", JOB_FIELDS)?;
+fn job(cx: &mut Cx<'_>, node: &Node, i: usize) -> Option<JobSpec> {
+    let at = |key: &str| format!("jobs[{i}].{key}");
+    cx.fields(node, &format!("jobs[{i}]"), JOB_FIELDS)?;
     let mut ok = true;
     let need = |cx: &mut Cx<'_>, key: &str, help: &str| {
         let n = node.get(key);
         if n.is_none() {
-            cx.d.error(node.pos, format!("the job has no '{key}'"))
+            cx.d.error(node.pos, format!("jobs[{i}] has no '{key}'"))
                 .help(help.to_owned());
         }
         n
@@ -218,9 +223,9 @@ fn job(cx: &mut Cx<'_>, node: &Node) -> Option<JobSpec> {
     );
     let team = need(cx, "team", "add team: NAME");
     let duration = need(cx, "duration", "add duration: 2h (or whole seconds)");
-    let submit = submit.and_then(|n| seconds(cx, n, "submit"));
-    let team = team.and_then(|n| named(cx, n, "team"));
-    let duration = duration.and_then(|n| seconds(cx, n, "duration"));
+    let submit = submit.and_then(|n| seconds(cx, n, &at("submit")));
+    let team = team.and_then(|n| named(cx, n, &at("team")));
+    let duration = duration.and_then(|n| seconds(cx, n, &at("duration")));
     ok &= submit.is_some() && team.is_some() && duration.is_some();
     // None: not written; Some(None): written wrong (reported).
     let mut opt = |r: Option<Option<u64>>| match r {
@@ -233,14 +238,18 @@ fn job(cx: &mut Cx<'_>, node: &Node) -> Option<JobSpec> {
     };
     let workers = opt(node
         .get("workers")
-        .map(|n| cx.u32(n, "workers", 1).map(u64::from)));
-    let gpu = opt(node.get("gpu").map(|n| cx.u32(n, "gpu", 0).map(u64::from)));
-    let millicpu = opt(node.get("cpu").map(|n| quantity(cx, n, "cpu", 1000.0)));
-    let memory = opt(node.get("memory").map(|n| quantity(cx, n, "memory", 1.0)));
+        .map(|n| cx.u32(n, &at("workers"), 1).map(u64::from)));
+    let gpu = opt(node
+        .get("gpu")
+        .map(|n| cx.u32(n, &at("gpu"), 0).map(u64::from)));
+    let millicpu = opt(node.get("cpu").map(|n| quantity(cx, n, &at("cpu"), 1000.0)));
+    let memory = opt(node
+        .get("memory")
+        .map(|n| quantity(cx, n, &at("memory"), 1.0)));
     let checkpoint = opt(node
         .get("checkpointEvery")
-        .map(|n| seconds(cx, n, "checkpointEvery")));
-    let priority = match node.get("priority").map(|n| named(cx, n, "priority")) {
+        .map(|n| seconds(cx, n, &at("checkpointEvery"))));
+    let priority = match node.get("priority").map(|n| named(cx, n, &at("priority"))) {
         Some(None) => {
             ok = false;
             None
@@ -250,7 +259,7 @@ fn job(cx: &mut Cx<'_>, node: &Node) -> Option<JobSpec> {
     };
     let interruptible = match node
         .get("interruptible")
-        .map(|n| cx.bool(n, "interruptible"))
+        .map(|n| cx.bool(n, &at("interruptible")))
     {
         Some(None) => {
             ok = false;
@@ -259,7 +268,7 @@ fn job(cx: &mut Cx<'_>, node: &Node) -> Option<JobSpec> {
         Some(Some(b)) => b,
         None => false,
     };
-    let flavor = match node.get("flavor").map(|n| cx.string(n, "flavor")) {
+    let flavor = match node.get("flavor").map(|n| cx.string(n, &at("flavor"))) {
         Some(None) => {
             ok = false;
             None
@@ -665,11 +674,11 @@ mod tests {
             "{errs:?}"
         );
         assert!(
-            errs[1].starts_with("7:16: submit: expected whole seconds or a duration"),
+            errs[1].starts_with("7:16: jobs[1].submit: expected whole seconds or a duration"),
             "{errs:?}"
         );
         assert!(
-            errs[2].starts_with("8:7: the job has no 'submit'"),
+            errs[2].starts_with("8:7: jobs[2] has no 'submit'"),
             "{errs:?}"
         );
         assert!(
