@@ -93,15 +93,15 @@ const NONE: usize = usize::MAX;
 
 /// Job ids to indices into the workload.
 enum Ids {
-    /// Job `i` has id `i` (workload files).
-    Identity,
+    /// Job `i` has id `i` (workload files); the number of jobs.
+    Identity(usize),
     Map(HashMap<u64, usize>),
 }
 
 impl Ids {
     fn of(jobs: &[SimJob]) -> Ids {
         if jobs.iter().enumerate().all(|(i, j)| j.job.id == i as u64) {
-            Ids::Identity
+            Ids::Identity(jobs.len())
         } else {
             Ids::Map(
                 jobs.iter()
@@ -114,7 +114,7 @@ impl Ids {
 
     fn get(&self, id: u64) -> Option<usize> {
         match self {
-            Ids::Identity => Some(id as usize),
+            Ids::Identity(n) => usize::try_from(id).ok().filter(|i| i < n),
             Ids::Map(m) => m.get(&id).copied(),
         }
     }

@@ -138,12 +138,17 @@ use crate::spec::workload::{GenerateSpec, Named, WorkloadSpec};
 pub fn sample(d: &Dist, rng: &mut rand_pcg::Pcg64) -> u64 {
     match d {
         Dist::Constant(v) => *v,
-        Dist::Choice(items) => items[pick(rng, items.iter().map(|(_, w)| *w))].0,
+        Dist::Choice(items) => items
+            .get(pick(rng, items.iter().map(|(_, w)| *w)))
+            .map_or(0, |(v, _)| *v),
         Dist::Exponential { mean } => (exponential(rng) * mean).round() as u64,
         Dist::LogNormal { median, sigma } => {
             (median.ln() + sigma * normal(rng)).exp().round() as u64
         }
-        Dist::Uniform { min, max } => min + (rng.random::<f64>() * (max - min + 1) as f64) as u64,
+        Dist::Uniform { min, max } => {
+            let span = max.saturating_sub(*min).saturating_add(1);
+            min.saturating_add((rng.random::<f64>() * span as f64) as u64)
+        }
     }
 }
 
@@ -278,14 +283,19 @@ impl Generate {
             if id > 0 {
                 t += exponential(&mut rng) * self.mean_interarrival;
             }
-            let team = self.teams[pick(&mut rng, self.teams.iter().map(|(_, w)| *w))].0;
+            let team = self
+                .teams
+                .get(pick(&mut rng, self.teams.iter().map(|(_, w)| *w)))
+                .map_or(0, |(t, _)| *t);
             let workers = sample(&self.workers, &mut rng).clamp(1, u64::from(u32::MAX)) as u32;
             let gpu = sample(&self.gpu, &mut rng);
             let duration = sample(&self.duration, &mut rng).max(1);
             let priority = if self.priorities.is_empty() {
                 default_priority
             } else {
-                self.priorities[pick(&mut rng, self.priorities.iter().map(|(_, w)| *w))].0
+                self.priorities
+                    .get(pick(&mut rng, self.priorities.iter().map(|(_, w)| *w)))
+                    .map_or(default_priority, |(p, _)| *p)
             };
             let interruptible = rng.random::<f64>() < self.interruptible;
             out.push(SimJob {
