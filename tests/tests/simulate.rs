@@ -125,3 +125,107 @@ fn bad_clusters_workloads_and_policies_are_usage_errors_saying_where() {
     );
     assert_eq!(out.code, Some(2));
 }
+
+#[test]
+fn a_generated_yaml_workload_replays_and_reports_fragmentation_and_jobs_never_started() {
+    let run = || {
+        run_in(
+            &root(),
+            &[
+                "simulate",
+                "--cluster",
+                "examples/simulate/lab.yaml",
+                "--workload",
+                "examples/simulate/generated.yaml",
+                "--output",
+                "json",
+            ],
+        )
+    };
+    let out = run();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    for policy in ["fifo", "priority", "fair"] {
+        let p = &v["policies"][policy];
+        assert_eq!(p["jobs"], 300, "{p}");
+        let f = p["fragmentation"].as_f64().expect("fragmentation");
+        assert!((0.0..=1.0).contains(&f), "{p}");
+        let never = p["never_started"].as_u64().expect("never_started");
+        let completed = p["completed"].as_u64().expect("completed");
+        assert!(never + completed <= 300, "{p}");
+        assert!(p["teams"]["vision"]["never_started"].is_u64(), "{p}");
+    }
+    // Pod by pod, gangs deadlock: the jobs stuck count as waiting until the replay stopped.
+    let fifo = &v["policies"]["fifo"];
+    assert!(fifo["never_started"].as_u64() > Some(0), "{fifo}");
+    assert!(
+        fifo["wait_seconds"]["p99"].as_u64()
+            > v["policies"]["fair"]["wait_seconds"]["p99"].as_u64(),
+        "{v}"
+    );
+    // Seeded: byte-identical again.
+    assert_eq!(out.stdout, run().stdout);
+}
+
+#[test]
+fn bad_yaml_workloads_are_reported_by_file_line_and_column() {
+    let tmp = TempDir::new("simulate-bad-workload");
+    let w = tmp.write(
+        "w.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Workload\nmetadata: {name: w}\nspec:\n  generate:\n    jobs: 10\n    arrivalRate: 60\n    teams: [vision]\n    duration: {lognormal: {median: 30m, sigma: -1}}\n",
+    );
+    let p = tmp.write(
+        "p.yml",
+        "apiVersion: sluice.dev/v1\nkind: Workload\nmetadata: {name: p}\nspec:\n  jobs:\n    - {submit: 0, team: vision, gpu: 1, duration: 1h, priority: prod}\n",
+    );
+    let root = root();
+    let cluster = root
+        .join("examples/simulate/lab.yaml")
+        .display()
+        .to_string();
+    for (file, want, help) in [
+        (
+            &w,
+            "w.yaml:9:48: error: generate.duration.lognormal.sigma: -1 is not between 0 and 10",
+            "help: the standard deviation of the log",
+        ),
+        (
+            &p,
+            "p.yml:6:65: error: priority class 'prod' is not one of the cluster's",
+            "help: did you mean 'production'?",
+        ),
+    ] {
+        let f = file.display().to_string();
+        let out = run_in(
+            tmp.path(),
+            &["simulate", "--cluster", &cluster, "--workload", &f],
+        );
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(out.stderr.contains(want), "{}", out.stderr);
+        assert!(out.stderr.contains(help), "{}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn chart_writes_an_svg_with_both_panels_and_a_line_per_policy() {
+    let tmp = TempDir::new("simulate-chart");
+    let svg = tmp.path().join("c.svg");
+    let path = svg.display().to_string();
+    let out = example(&["--policy", "fifo", "--policy", "fair", "--chart", &path]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let text = std::fs::read_to_string(&svg).expect("the chart was written");
+    assert!(text.starts_with("<svg"));
+    assert!(text.contains("GPU utilization") && text.contains("Queue length"));
+    assert!(
+        text.contains("\nfifo\n") && text.contains("\nfair\n"),
+        "{text}"
+    );
+    // Two series (2 px lines) in each of the two panels.
+    assert_eq!(
+        text.matches("stroke-width=\"2\" points=").count(),
+        4,
+        "{text}"
+    );
+    assert!(text.len() < 200_000);
+}

@@ -134,7 +134,10 @@ pub async fn start(
                 "Schedule" => {
                     "schedules run under `sluice server`, which is not available in this version"
                 }
-                _ => "simulation (`sluice simulate`) is not available in this version",
+                "Workload" => {
+                    "a Workload is replayed in virtual time: sluice simulate --cluster CLUSTER --workload FILE"
+                }
+                _ => "this version of sluice cannot run it",
             };
             return Err(Error::Usage(format!(
                 "{shown}: kind {} cannot be run: {what}",

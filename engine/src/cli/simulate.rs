@@ -2,6 +2,8 @@
 //! policy, side by side. The JSON is byte-identical for the same inputs (keys in a fixed
 //! order, numbers rounded, no wall-clock values).
 
+mod chart;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -21,12 +23,18 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
     /// The workload: a CSV with submit,team,workers,gpu,cpu,memory,duration,priority,
-    /// interruptible,checkpoint_every,flavor (extra columns ignored).
+    /// interruptible,checkpoint_every,flavor (extra columns ignored), or a YAML file with
+    /// kind: Workload (spec.jobs, or a seeded spec.generate); told apart by extension, else
+    /// by content.
     #[arg(long, value_name = "FILE")]
     pub workload: PathBuf,
     /// A policy to replay (repeatable): fifo, priority, fair. Default: all three.
     #[arg(long = "policy", value_name = "POLICY")]
     pub policies: Vec<String>,
+    /// Also write an SVG chart of GPU utilization and queue length over time, one line per
+    /// policy (time-averaged over at most 1024 buckets).
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<PathBuf>,
 }
 
 pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
@@ -47,14 +55,31 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
     let wl = args.workload.display().to_string();
     let text = std::fs::read_to_string(&args.workload)
         .map_err(|e| Error::Usage(format!("cannot read {wl}: {e}")))?;
-    let jobs =
-        crate::scheduler::workload::read_csv(&wl, &text, &mut config).map_err(Error::Usage)?;
+    let jobs = if is_yaml(&args.workload, &text) {
+        let loaded = spec::load(&wl, text);
+        let mut diags = spec::Diagnostics::new(wl.clone());
+        let jobs = spec::workload::read(&loaded, &mut diags)
+            .and_then(|w| crate::scheduler::workload::from_spec(&w, &mut config, &mut diags));
+        let mut all = loaded.diagnostics.into_sorted();
+        all.extend(diags.into_sorted());
+        all.retain(|d| d.severity == spec::Severity::Error);
+        match jobs.filter(|_| all.is_empty()) {
+            Some(jobs) => jobs,
+            None => {
+                output::diagnostics(&all);
+                return Ok(Outcome::Invalid);
+            }
+        }
+    } else {
+        crate::scheduler::workload::read_csv(&wl, &text, &mut config).map_err(Error::Usage)?
+    };
     let names: Vec<String> = if args.policies.is_empty() {
         vec!["fifo".into(), "priority".into(), "fair".into()]
     } else {
         args.policies.clone()
     };
     let mut policies = serde_json::Map::new();
+    let mut lines = Vec::new();
     for name in &names {
         let Some(policy) = config::policy(name) else {
             return Err(Error::Usage(format!(
@@ -65,6 +90,13 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
         settings.policy = policy;
         let report = simulate::run(&config.cluster, &jobs, &settings, |_, _| {});
         policies.insert(name.clone(), summary(&config, &jobs, &report));
+        lines.push(chart::Line {
+            policy: name,
+            points: report.series.points(report.stopped_at),
+        });
+    }
+    if let Some(path) = &args.chart {
+        chart::write(path, &lines, config.cluster.total().gpu).map_err(Error::Usage)?;
     }
     let doc = json!({ "policies": Value::Object(policies) });
     match format {
@@ -73,6 +105,23 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
     }
     .map_err(Error::output)?;
     Ok(Outcome::Success)
+}
+
+/// A workload is YAML (`kind: Workload`) when its name ends in .yaml or .yml, or, with
+/// another extension than .csv, when its first line that is not blank or a comment looks like
+/// YAML (`---`, `apiVersion:`, `kind:`); otherwise it is the CSV.
+fn is_yaml(path: &std::path::Path, text: &str) -> bool {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("yaml" | "yml") => return true,
+        Some("csv") => return false,
+        _ => {}
+    }
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .is_some_and(|l| {
+            l.starts_with("---") || l.starts_with("apiVersion:") || l.starts_with("kind:")
+        })
 }
 
 fn round(x: f64, digits: i32) -> Value {
@@ -85,35 +134,56 @@ fn waits(w: &[u64]) -> Value {
     json!({"p50": q(0.5), "p95": q(0.95), "p99": q(0.99)})
 }
 
-/// One policy's measurements, in the shape of the CLI contract.
+/// One policy's measurements, in the shape of the CLI contract. One pass over the jobs: a
+/// million-job replay with a thousand teams must not be teams x jobs.
 fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
     let cluster = &config.cluster;
-    let all = simulate::waits(report, jobs, |_| true);
     let by_team = simulate::gpu_seconds_by_team(cluster, report, jobs);
+    let mut all = Vec::with_capacity(jobs.len());
+    let mut team_waits: Vec<Vec<u64>> = vec![Vec::new(); cluster.teams.len()];
+    let mut team_never = vec![0u64; cluster.teams.len()];
+    let mut class_waits: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
+    for j in jobs {
+        let w = simulate::wait_of(report, &j.job);
+        all.push(w);
+        if let Some(t) = team_waits.get_mut(j.job.team) {
+            t.push(w);
+        }
+        if report
+            .jobs
+            .get(&j.job.id)
+            .is_none_or(|o| o.first_start.is_none())
+            && let Some(n) = team_never.get_mut(j.job.team)
+        {
+            *n += 1;
+        }
+        class_waits.entry(j.job.priority).or_default().push(w);
+    }
+    all.sort_unstable();
+    let mut team_cost = vec![0.0; cluster.teams.len()];
+    for ((t, pool), (gpu_s, cpu_s)) in &report.held {
+        let (gh, ch) = config.prices.get(*pool).copied().unwrap_or_default();
+        if let Some(c) = team_cost.get_mut(*t) {
+            *c += (*gpu_s as f64 * gh + *cpu_s as f64 * ch) / 3600.0;
+        }
+    }
     let mut teams = serde_json::Map::new();
     let mut shares = Vec::new();
     for (t, team) in cluster.teams.iter().enumerate() {
-        let n = jobs.iter().filter(|j| j.job.team == t).count();
-        if n == 0 {
+        let w = &mut team_waits[t];
+        if w.is_empty() {
             continue;
         }
+        w.sort_unstable();
         shares.push(by_team[t] / team.weight.max(1e-9));
-        let cost: f64 = report
-            .held
-            .iter()
-            .filter(|((tt, _), _)| *tt == t)
-            .map(|((_, pool), (gpu_s, cpu_s))| {
-                let (gh, ch) = config.prices.get(*pool).copied().unwrap_or_default();
-                (*gpu_s as f64 * gh + *cpu_s as f64 * ch) / 3600.0
-            })
-            .sum();
         teams.insert(
             team.name.clone(),
             json!({
-                "jobs": n,
+                "jobs": w.len(),
                 "gpu_hours": round(by_team[t] / 3600.0, 2),
-                "cost": round(cost, 2),
-                "wait_seconds": waits(&simulate::waits(report, jobs, |j| j.team == t)),
+                "cost": round(team_cost[t], 2),
+                "wait_seconds": waits(w),
+                "never_started": team_never[t],
             }),
         );
     }
@@ -121,19 +191,12 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
     let mut classes: Vec<(&String, &i64)> = config.priorities.iter().collect();
     classes.sort_by_key(|(n, v)| (std::cmp::Reverse(**v), (*n).clone()));
     for (name, value) in classes {
-        if jobs.iter().any(|j| j.job.priority == *value) {
-            priorities.insert(
-                name.clone(),
-                json!({"wait_seconds": waits(&simulate::waits(report, jobs, |j| j.priority == *value))}),
-            );
+        if let Some(w) = class_waits.get_mut(value) {
+            w.sort_unstable();
+            priorities.insert(name.clone(), json!({"wait_seconds": waits(w)}));
         }
     }
     let completed = report.jobs.values().filter(|o| o.end.is_some()).count();
-    let never = report
-        .jobs
-        .values()
-        .filter(|o| o.first_start.is_none())
-        .count();
     json!({
         "gpu_utilization": round(report.gpu_utilization, 4),
         "partial_gang_gpu_hours": round(report.partial_gang_gpu_seconds as f64 / 3600.0, 2),
@@ -142,10 +205,13 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         "wait_seconds": waits(&all),
         "jobs": jobs.len(),
         "completed": completed,
-        "never_started": never,
+        "never_started": report.never_started,
         "makespan_seconds": report.makespan,
+        "stopped_at_seconds": report.stopped_at,
         "preemptions": report.preemptions,
         "gpu_hours_lost": round(report.gpu_seconds_lost as f64 / 3600.0, 2),
+        "fragmentation": round(report.fragmentation, 4),
+        "fragmented_gpu_hours": round(report.fragmented_gpu_seconds as f64 / 3600.0, 2),
         "teams": Value::Object(teams),
         "priorities": Value::Object(priorities),
     })
@@ -154,7 +220,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
 fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>9}",
+        "{:10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>6} {:>9} {:>13}",
         "POLICY",
         "GPU UTIL",
         "JAIN",
@@ -165,7 +231,9 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         "GPU-H LOST",
         "PARTIAL GPU-H",
         "DEADLOCKS",
-        "COMPLETED"
+        "FRAG",
+        "COMPLETED",
+        "NEVER STARTED"
     )?;
     let s = |v: &Value| match v {
         Value::Null => "-".to_owned(),
@@ -175,7 +243,7 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         let p = &doc["policies"][name];
         writeln!(
             out,
-            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>4}/{:<4}",
+            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>5.1}% {:>4}/{:<4} {:>13}",
             name,
             p["gpu_utilization"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["jain_fairness"]),
@@ -186,8 +254,10 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
             s(&p["gpu_hours_lost"]),
             s(&p["partial_gang_gpu_hours"]),
             s(&p["deadlocks"]),
+            p["fragmentation"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["completed"]),
             s(&p["jobs"]),
+            s(&p["never_started"]),
         )?;
     }
     let mut per_team: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -1,15 +1,35 @@
 //! A discrete-event replay of a workload through the scheduler's own cycle, in virtual time:
 //! jobs arrive, the cycle admits, preempts or keeps them waiting, admitted jobs run for their
-//! duration, preempted ones lose the work since their last checkpoint and queue again.
+//! duration, preempted ones lose the work since their last checkpoint and queue again. Under
+//! the `fifo` policy pods are placed one by one as Kubernetes' default scheduler does, so a
+//! gang may hold part of its GPUs while it waits for the rest.
 //!
-//! In progress (the scheduler issue): the core loop, its measurements and its invariants are
-//! here; workload files, `sluice simulate`, the Kubernetes-like `fifo` with partial gangs,
-//! charts and the trace replays are not yet.
+//! Events at one instant are handled together (all ends, then all arrivals, then cycles until
+//! nothing changes). State is kept per job index: the running and waiting sets are vectors
+//! handed to `admission::cycle` as they are (no copies per event), ends come from a heap, and
+//! per-node free resources are kept up to date, so a replay costs about `events x cycle`.
+//!
+//! Measurements beyond utilization and waits:
+//!
+//! - **fragmentation**: of the GPU-seconds that sat free, the share that sat on nodes with
+//!   fewer free GPUs than the largest per-worker GPU request among the waiting jobs (nothing
+//!   is fragmented while nothing waits). It is the idle capacity the queue could not use
+//!   because it was split across nodes: the notion of the FGD paper (Weng et al., "Beware of
+//!   Fragmentation", USENIX ATC '23: a node's free GPUs are fragmented for a task that cannot
+//!   fit in them), with the task taken as the largest waiting worker instead of an expectation
+//!   over the workload's task mix, which keeps it O(distinct free counts) per event. GPUs only;
+//!   pools and flavors the waiting job may not use are not told apart.
+//! - a [`Series`] of GPUs held and jobs waiting over time, for charts.
 
-use std::collections::BTreeMap;
+mod series;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+pub use series::{MAX_BUCKETS, Point, Series};
 
 use super::admission::{self, Decision, Settings};
-use super::cluster::Cluster;
+use super::cluster::{Cluster, Res};
 use super::placement;
 use super::{Job, Running};
 
@@ -42,8 +62,10 @@ pub struct Report {
     pub gpu_utilization: f64,
     pub preemptions: u64,
     pub gpu_seconds_lost: u64,
-    /// Events processed.
+    /// Events processed (instants at which something arrived or ended).
     pub events: u64,
+    /// Scheduling cycles run.
+    pub cycles: u64,
     /// GPU-seconds and CPU-core-seconds held, by (team, pool): what cost is computed from.
     pub held: BTreeMap<(usize, usize), (u64, u64)>,
     /// `fifo` (pods one by one): GPU-seconds held by gangs only partly placed.
@@ -51,6 +73,344 @@ pub struct Report {
     /// Times the replay stopped with work waiting that could never progress (partial gangs
     /// holding what the others need).
     pub deadlocks: u32,
+    /// When the replay stopped: the last end, or the point where nothing could progress any
+    /// more (nothing runs, nothing arrives, something still waits). Jobs that never started
+    /// count as waiting until then.
+    pub stopped_at: u64,
+    /// Jobs that never started.
+    pub never_started: u64,
+    /// GPU-seconds free, until the replay stopped.
+    pub free_gpu_seconds: u128,
+    /// Free GPU-seconds on nodes too full for the largest waiting worker (module doc).
+    pub fragmented_gpu_seconds: u128,
+    /// `fragmented_gpu_seconds / free_gpu_seconds` (0 when nothing was free).
+    pub fragmentation: f64,
+    /// GPUs held and jobs waiting over time.
+    pub series: Series,
+}
+
+const NONE: usize = usize::MAX;
+
+/// Job ids to indices into the workload.
+enum Ids {
+    /// Job `i` has id `i` (workload files); the number of jobs.
+    Identity(usize),
+    Map(HashMap<u64, usize>),
+}
+
+impl Ids {
+    fn of(jobs: &[SimJob]) -> Ids {
+        if jobs.iter().enumerate().all(|(i, j)| j.job.id == i as u64) {
+            Ids::Identity(jobs.len())
+        } else {
+            Ids::Map(
+                jobs.iter()
+                    .enumerate()
+                    .map(|(i, j)| (j.job.id, i))
+                    .collect(),
+            )
+        }
+    }
+
+    fn get(&self, id: u64) -> Option<usize> {
+        match self {
+            Ids::Identity(n) => usize::try_from(id).ok().filter(|i| i < n),
+            Ids::Map(m) => m.get(&id).copied(),
+        }
+    }
+}
+
+/// The replay's state, by job index.
+struct Sim<'a> {
+    cluster: &'a Cluster,
+    jobs: &'a [SimJob],
+    ids: Ids,
+    running: Vec<Running>,
+    run_slot: Vec<usize>,
+    waiting: Vec<Job>,
+    wait_slot: Vec<usize>,
+    /// Work done before the current (or next) start: restored from a checkpoint.
+    done_before: Vec<u64>,
+    /// Starts so far: an end in the heap is stale once its job started again.
+    generation: Vec<u32>,
+    ends: BinaryHeap<Reverse<(u64, usize, u32)>>,
+    outcomes: Vec<JobOutcome>,
+    /// Free resources per node, and how many nodes have each count of free GPUs.
+    free: Vec<Res>,
+    free_nodes_by_gpus: BTreeMap<u64, u64>,
+    free_gpu: u64,
+    /// How many waiting jobs ask each count of GPUs per worker.
+    waiting_by_gpus: BTreeMap<u64, u64>,
+    running_gpu: u64,
+    /// `fifo`: the pods of waiting gangs placed so far, and the GPUs they hold.
+    partial: BTreeMap<u64, Vec<usize>>,
+    partial_gpu: u64,
+    report: Report,
+}
+
+impl Sim<'_> {
+    fn set_free(&mut self, node: usize, to: Res) {
+        let before = self.free[node].gpu;
+        if let Some(c) = self.free_nodes_by_gpus.get_mut(&before) {
+            *c -= 1;
+            if *c == 0 {
+                self.free_nodes_by_gpus.remove(&before);
+            }
+        }
+        *self.free_nodes_by_gpus.entry(to.gpu).or_default() += 1;
+        self.free_gpu = self.free_gpu - before + to.gpu;
+        self.free[node] = to;
+    }
+
+    fn take(&mut self, node: usize, r: Res) {
+        self.set_free(node, self.free[node].saturating_sub(r));
+    }
+
+    fn give(&mut self, node: usize, r: Res) {
+        self.set_free(node, self.free[node] + r);
+    }
+
+    fn enqueue(&mut self, i: usize, done: u64) {
+        let job = self.jobs[i].job.clone();
+        *self.waiting_by_gpus.entry(job.per_worker.gpu).or_default() += 1;
+        self.done_before[i] = done;
+        self.wait_slot[i] = self.waiting.len();
+        self.waiting.push(job);
+    }
+
+    fn dequeue(&mut self, i: usize) -> Option<Job> {
+        let slot = std::mem::replace(&mut self.wait_slot[i], NONE);
+        if slot == NONE {
+            return None;
+        }
+        let job = self.waiting.swap_remove(slot);
+        if let Some(moved) = self.waiting.get(slot)
+            && let Some(m) = self.ids.get(moved.id)
+        {
+            self.wait_slot[m] = slot;
+        }
+        if let Some(c) = self.waiting_by_gpus.get_mut(&job.per_worker.gpu) {
+            *c -= 1;
+            if *c == 0 {
+                self.waiting_by_gpus.remove(&job.per_worker.gpu);
+            }
+        }
+        Some(job)
+    }
+
+    fn start(&mut self, i: usize, job: Job, nodes: Vec<usize>, now: u64) {
+        for &n in &nodes {
+            self.take(n, job.per_worker);
+        }
+        self.running_gpu += job.demand().gpu;
+        self.outcomes[i].first_start.get_or_insert(now);
+        self.generation[i] += 1;
+        let left = self.jobs[i].duration.saturating_sub(self.done_before[i]);
+        self.ends.push(Reverse((now + left, i, self.generation[i])));
+        self.run_slot[i] = self.running.len();
+        self.running.push(Running {
+            job,
+            nodes,
+            started: now,
+            work_at_risk: 0,
+        });
+    }
+
+    fn stop(&mut self, i: usize, now: u64) -> Option<Running> {
+        let slot = std::mem::replace(&mut self.run_slot[i], NONE);
+        if slot == NONE {
+            return None;
+        }
+        let r = self.running.swap_remove(slot);
+        if let Some(moved) = self.running.get(slot)
+            && let Some(m) = self.ids.get(moved.job.id)
+        {
+            self.run_slot[m] = slot;
+        }
+        for &n in &r.nodes {
+            self.give(n, r.job.per_worker);
+        }
+        self.running_gpu -= r.job.demand().gpu;
+        charge(&mut self.report, self.cluster, &r, now);
+        Some(r)
+    }
+
+    fn preempt(&mut self, i: usize, now: u64) {
+        let Some(r) = self.stop(i, now) else { return };
+        let done = self.done_before[i] + (now - r.started);
+        let kept = match self.jobs[i].checkpoint_every {
+            Some(every) if every > 0 => done - done % every,
+            _ => 0,
+        };
+        let lost = done - kept;
+        let o = &mut self.outcomes[i];
+        o.preemptions += 1;
+        o.seconds_lost += lost;
+        self.report.preemptions += 1;
+        self.report.gpu_seconds_lost += lost * r.job.demand().gpu;
+        self.enqueue(i, kept);
+    }
+
+    /// The time of the next end still due (stale entries dropped).
+    fn next_end(&mut self) -> Option<u64> {
+        while let Some(Reverse((t, i, g))) = self.ends.peek().copied() {
+            if self.run_slot[i] != NONE && self.generation[i] == g {
+                return Some(t);
+            }
+            self.ends.pop();
+        }
+        None
+    }
+
+    /// Cycles until nothing more changes at this instant (preemptions free room at once:
+    /// the simulation has no grace period).
+    fn cycles(&mut self, settings: &Settings, now: u64) {
+        let mut settings = settings.clone();
+        settings.now = now;
+        for _ in 0..16 {
+            if self.waiting.is_empty() {
+                break;
+            }
+            let decisions = admission::cycle(self.cluster, &self.running, &self.waiting, &settings);
+            self.report.cycles += 1;
+            let mut changed = false;
+            for d in decisions {
+                match d {
+                    Decision::Admit { job, nodes } => {
+                        let Some(i) = self.ids.get(job) else { continue };
+                        let Some(j) = self.dequeue(i) else { continue };
+                        self.start(i, j, nodes, now);
+                        changed = true;
+                    }
+                    Decision::Preempt { victim, .. } => {
+                        let Some(i) = self.ids.get(victim) else {
+                            continue;
+                        };
+                        if self.run_slot[i] != NONE {
+                            self.preempt(i, now);
+                            changed = true;
+                        }
+                    }
+                    Decision::Wait { .. } => {}
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    /// Work at risk, for the victim order: time since the last checkpoint, as of `at`. An
+    /// instant's cycles see it as of the previous event (as the simulator always has; steps
+    /// admitted at this instant have none), so it is set lazily before the first cycle of an
+    /// instant, not after every event.
+    fn update_work_at_risk(&mut self, at: u64) {
+        for r in &mut self.running {
+            let Some(i) = self.ids.get(r.job.id) else {
+                continue;
+            };
+            let done = self.done_before[i] + at.saturating_sub(r.started);
+            r.work_at_risk = match self.jobs[i].checkpoint_every {
+                Some(every) if every > 0 => done % every,
+                _ => done,
+            };
+        }
+    }
+
+    /// `fifo`: each waiting job's unplaced pods, in arrival order, onto the least allocated
+    /// node that fits; jobs with every pod placed start.
+    fn place_pods(&mut self, now: u64) {
+        let mut order: Vec<(u64, u64)> = self.waiting.iter().map(|j| (j.submitted, j.id)).collect();
+        order.sort_unstable();
+        // Pods queue by creation: the first pod of every job, then the second... so the pods
+        // of gangs submitted together interleave, as they do in Kubernetes' queue.
+        let most = self.waiting.iter().map(|j| j.workers).max().unwrap_or(0) as usize;
+        for k in 0..most {
+            for &(_, id) in &order {
+                let Some(i) = self.ids.get(id) else { continue };
+                let Some(job) = self.waiting.get(self.wait_slot[i]) else {
+                    continue;
+                };
+                let placed = self.partial.get(&id).map_or(0, Vec::len);
+                if placed != k || k >= job.workers as usize {
+                    continue;
+                }
+                let pod = Job {
+                    workers: 1,
+                    ..job.clone()
+                };
+                if let Some(n) =
+                    placement::place(self.cluster, &self.free, &pod, placement::Placement::Spread)
+                {
+                    self.take(n[0], pod.per_worker);
+                    self.partial_gpu += pod.per_worker.gpu;
+                    self.partial.entry(id).or_default().push(n[0]);
+                }
+            }
+        }
+        for (_, id) in order {
+            let Some(i) = self.ids.get(id) else { continue };
+            let complete = match (self.waiting.get(self.wait_slot[i]), self.partial.get(&id)) {
+                (Some(job), Some(p)) => p.len() == job.workers as usize,
+                _ => false,
+            };
+            if !complete {
+                continue;
+            }
+            let nodes = self.partial.remove(&id).unwrap_or_default();
+            let Some(job) = self.dequeue(i) else { continue };
+            // The pods' room passes from the partial gang to the running job.
+            for &n in &nodes {
+                self.give(n, job.per_worker);
+            }
+            self.partial_gpu -= job.per_worker.gpu * nodes.len() as u64;
+            self.start(i, job, nodes, now);
+        }
+    }
+
+    /// What holds nodes: running jobs, and (under `fifo`) the pods of gangs placed so far.
+    fn with_partial(&self) -> Vec<Running> {
+        let mut out = self.running.clone();
+        for (id, nodes) in &self.partial {
+            if let Some(i) = self.ids.get(*id)
+                && let Some(job) = self.waiting.get(self.wait_slot[i])
+                && !nodes.is_empty()
+            {
+                out.push(Running {
+                    job: job.clone(),
+                    nodes: nodes.clone(),
+                    started: 0,
+                    work_at_risk: 0,
+                });
+            }
+        }
+        out
+    }
+
+    /// Adds the interval `[now, next)` to the time-weighted sums.
+    fn account(&mut self, now: u64, next: u64) {
+        let dt = next - now;
+        self.report.partial_gang_gpu_seconds += self.partial_gpu * dt;
+        let largest = self
+            .waiting_by_gpus
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0);
+        let fragmented: u64 = if largest > 1 {
+            self.free_nodes_by_gpus
+                .range(1..largest)
+                .map(|(gpus, nodes)| gpus * nodes)
+                .sum()
+        } else {
+            0
+        };
+        self.report.fragmented_gpu_seconds += u128::from(fragmented) * u128::from(dt);
+        self.report.free_gpu_seconds += u128::from(self.free_gpu) * u128::from(dt);
+        self.report
+            .series
+            .add(now, next, self.running_gpu, self.waiting.len() as u64);
+    }
 }
 
 /// Adds what a job held from its start until `now` to the report's per team and pool sums.
@@ -66,15 +426,7 @@ fn charge(report: &mut Report, cluster: &Cluster, r: &Running, now: u64) {
     }
 }
 
-struct Live {
-    running: Running,
-    /// Work done before this start (restored from a checkpoint).
-    done_before: u64,
-    duration: u64,
-    checkpoint_every: Option<u64>,
-}
-
-/// Replays `jobs` and returns what happened. `check` sees the running set after every event
+/// Replays `jobs` and returns what happened. `check` sees what holds nodes after every event
 /// (the tests' invariants). Deterministic.
 pub fn run(
     cluster: &Cluster,
@@ -82,267 +434,130 @@ pub fn run(
     settings: &Settings,
     mut check: impl FnMut(u64, &[Running]),
 ) -> Report {
-    let mut arrivals: Vec<&SimJob> = jobs.iter().collect();
-    arrivals.sort_by_key(|j| (j.job.submitted, j.job.id));
-    let mut next_arrival = 0;
-    // id -> (job, duration, checkpoint interval, work done before)
-    let mut waiting: Waiting = BTreeMap::new();
-    let mut live: BTreeMap<u64, Live> = BTreeMap::new();
-    // `fifo`: the pods of waiting gangs placed so far.
-    let mut partial: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    let mut report = Report::default();
+    let n = jobs.len();
+    let mut arrivals: Vec<usize> = (0..n).collect();
+    arrivals.sort_by_key(|&i| (jobs[i].job.submitted, jobs[i].job.id));
+    let free: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+    let mut free_nodes_by_gpus = BTreeMap::new();
+    for f in &free {
+        *free_nodes_by_gpus.entry(f.gpu).or_default() += 1;
+    }
     let total_gpu = cluster.total().gpu;
+    let mut sim = Sim {
+        cluster,
+        jobs,
+        ids: Ids::of(jobs),
+        running: Vec::new(),
+        run_slot: vec![NONE; n],
+        waiting: Vec::new(),
+        wait_slot: vec![NONE; n],
+        done_before: vec![0; n],
+        generation: vec![0; n],
+        ends: BinaryHeap::new(),
+        outcomes: vec![JobOutcome::default(); n],
+        free,
+        free_nodes_by_gpus,
+        free_gpu: total_gpu,
+        waiting_by_gpus: BTreeMap::new(),
+        running_gpu: 0,
+        partial: BTreeMap::new(),
+        partial_gpu: 0,
+        report: Report::default(),
+    };
+    let fifo = settings.policy == admission::Policy::Fifo;
+    let mut next_arrival = 0;
     let mut used_gpu_seconds: u128 = 0;
     let mut now = 0u64;
+    // The previous event's time: what work at risk is measured at (`update_work_at_risk`).
+    let mut previous = 0u64;
     loop {
         // Ends due now.
-        let ended: Vec<u64> = live
-            .iter()
-            .filter(|(_, l)| l.running.started + (l.duration - l.done_before) <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ended {
-            if let Some(l) = live.remove(&id) {
-                charge(&mut report, cluster, &l.running, now);
+        while let Some(Reverse((t, i, g))) = sim.ends.peek().copied()
+            && t <= now
+        {
+            sim.ends.pop();
+            if sim.run_slot[i] == NONE || sim.generation[i] != g {
+                continue;
             }
-            report.jobs.entry(id).or_default().end = Some(now);
-            report.makespan = report.makespan.max(now);
+            sim.stop(i, now);
+            sim.outcomes[i].end = Some(now);
+            sim.report.makespan = sim.report.makespan.max(now);
         }
-        while next_arrival < arrivals.len() && arrivals[next_arrival].job.submitted <= now {
-            let a = arrivals[next_arrival];
-            waiting.insert(a.job.id, (a.job.clone(), a.duration, a.checkpoint_every, 0));
-            report.jobs.entry(a.job.id).or_default();
+        while next_arrival < n && jobs[arrivals[next_arrival]].job.submitted <= now {
+            sim.enqueue(arrivals[next_arrival], 0);
             next_arrival += 1;
         }
-        if settings.policy == admission::Policy::Fifo {
+        if fifo {
             // Kubernetes' default scheduler: pods one by one in arrival order, each on the
             // least allocated node that fits; a gang runs once all its pods are placed, and
             // the pods placed so far hold their resources meanwhile.
-            place_pods(
-                cluster,
-                &mut waiting,
-                &mut partial,
-                &mut live,
-                &mut report,
-                now,
-            );
-            if live.is_empty() && next_arrival == arrivals.len() && !waiting.is_empty() {
+            sim.place_pods(now);
+            if sim.running.is_empty() && next_arrival == n && !sim.waiting.is_empty() {
                 // Nothing runs, nothing arrives, nothing can start: stuck for good.
-                report.deadlocks += u32::from(partial.values().any(|p| !p.is_empty()));
-                report.makespan = report.makespan.max(now);
-                let running = with_partial(&live, &waiting, &partial);
-                check(now, &running);
-                report.events += 1;
+                sim.report.deadlocks += u32::from(sim.partial.values().any(|p| !p.is_empty()));
+                sim.report.makespan = sim.report.makespan.max(now);
+                sim.report.stopped_at = now;
+                check(now, &sim.with_partial());
+                sim.report.events += 1;
                 break;
             }
-        }
-        // Cycles until nothing more changes at this instant (preemptions free room at once:
-        // the simulation has no grace period).
-        for _ in 0..16 {
-            if settings.policy == admission::Policy::Fifo {
-                break;
+            check(now, &sim.with_partial());
+        } else {
+            if !sim.waiting.is_empty() {
+                sim.update_work_at_risk(previous);
             }
-            let running: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
-            let queue: Vec<Job> = waiting.values().map(|w| w.0.clone()).collect();
-            let settings = Settings {
-                now,
-                ..settings.clone()
-            };
-            let decisions = admission::cycle(cluster, &running, &queue, &settings);
-            let mut changed = false;
-            for d in decisions {
-                match d {
-                    Decision::Admit { job, nodes } => {
-                        let Some((j, duration, ckpt, done)) = waiting.remove(&job) else {
-                            continue;
-                        };
-                        let o = report.jobs.entry(job).or_default();
-                        o.first_start.get_or_insert(now);
-                        live.insert(
-                            job,
-                            Live {
-                                running: Running {
-                                    job: j,
-                                    nodes,
-                                    started: now,
-                                    work_at_risk: 0,
-                                },
-                                done_before: done,
-                                duration,
-                                checkpoint_every: ckpt,
-                            },
-                        );
-                        changed = true;
-                    }
-                    Decision::Preempt { victim, .. } => {
-                        let Some(l) = live.remove(&victim) else {
-                            continue;
-                        };
-                        charge(&mut report, cluster, &l.running, now);
-                        let done = l.done_before + (now - l.running.started);
-                        let kept = match l.checkpoint_every {
-                            Some(every) if every > 0 => done - done % every,
-                            _ => 0,
-                        };
-                        let lost = done - kept;
-                        let o = report.jobs.entry(victim).or_default();
-                        o.preemptions += 1;
-                        o.seconds_lost += lost;
-                        report.preemptions += 1;
-                        report.gpu_seconds_lost += lost * l.running.job.demand().gpu;
-                        waiting.insert(
-                            victim,
-                            (l.running.job, l.duration, l.checkpoint_every, kept),
-                        );
-                        changed = true;
-                    }
-                    Decision::Wait { .. } => {}
-                }
-            }
-            if !changed {
-                break;
-            }
+            sim.cycles(settings, now);
+            check(now, &sim.running);
         }
-        // Work at risk, for the victim order: time since the last checkpoint.
-        for l in live.values_mut() {
-            let done = l.done_before + (now - l.running.started);
-            l.running.work_at_risk = match l.checkpoint_every {
-                Some(every) if every > 0 => done % every,
-                _ => done,
-            };
-        }
-        let running = with_partial(&live, &waiting, &partial);
-        check(now, &running);
-        report.events += 1;
+        sim.report.events += 1;
         // The next event: an arrival or an end.
-        let next_end = live
-            .values()
-            .map(|l| l.running.started + (l.duration - l.done_before))
-            .min();
-        let next_in = arrivals.get(next_arrival).map(|a| a.job.submitted);
-        let Some(next) = [next_end, next_in].into_iter().flatten().min() else {
+        let next_in = arrivals.get(next_arrival).map(|&i| jobs[i].job.submitted);
+        let Some(next) = [sim.next_end(), next_in].into_iter().flatten().min() else {
+            sim.report.stopped_at = now;
             break;
         };
-        let gpus: u64 = live.values().map(|l| l.running.job.demand().gpu).sum();
-        used_gpu_seconds += u128::from(gpus) * u128::from(next - now);
-        let held: u64 = partial
-            .iter()
-            .filter_map(|(id, nodes)| Some(waiting.get(id)?.0.per_worker.gpu * nodes.len() as u64))
-            .sum();
-        report.partial_gang_gpu_seconds += held * (next - now);
+        used_gpu_seconds += u128::from(sim.running_gpu) * u128::from(next - now);
+        sim.account(now, next);
+        previous = now;
         now = next;
     }
+    let mut report = sim.report;
+    report.stopped_at = report.stopped_at.max(report.makespan);
+    report.never_started = sim
+        .outcomes
+        .iter()
+        .filter(|o| o.first_start.is_none())
+        .count() as u64;
+    report.jobs = jobs.iter().map(|j| j.job.id).zip(sim.outcomes).collect();
     if report.makespan > 0 && total_gpu > 0 {
         report.gpu_utilization =
             used_gpu_seconds as f64 / (u128::from(total_gpu) * u128::from(report.makespan)) as f64;
     }
+    if report.free_gpu_seconds > 0 {
+        report.fragmentation =
+            report.fragmented_gpu_seconds as f64 / report.free_gpu_seconds as f64;
+    }
     report
 }
 
-type Waiting = BTreeMap<u64, (Job, u64, Option<u64>, u64)>;
-
-/// What holds nodes: running jobs, and (under `fifo`) the pods of gangs placed so far.
-fn with_partial(
-    live: &BTreeMap<u64, Live>,
-    waiting: &Waiting,
-    partial: &BTreeMap<u64, Vec<usize>>,
-) -> Vec<Running> {
-    let mut out: Vec<Running> = live.values().map(|l| l.running.clone()).collect();
-    for (id, nodes) in partial {
-        if let Some((job, ..)) = waiting.get(id)
-            && !nodes.is_empty()
-        {
-            out.push(Running {
-                job: job.clone(),
-                nodes: nodes.clone(),
-                started: 0,
-                work_at_risk: 0,
-            });
-        }
-    }
-    out
+/// How long `job` waited: first start minus submission, or, for a job that never started,
+/// the time the replay stopped minus submission (a stuck queue must not look fast).
+pub fn wait_of(report: &Report, job: &Job) -> u64 {
+    let start = report
+        .jobs
+        .get(&job.id)
+        .and_then(|o| o.first_start)
+        .unwrap_or(report.stopped_at);
+    start.saturating_sub(job.submitted)
 }
 
-/// `fifo`: each waiting job's unplaced pods, in arrival order, onto the least allocated node
-/// that fits; jobs with every pod placed start.
-fn place_pods(
-    cluster: &Cluster,
-    waiting: &mut Waiting,
-    partial: &mut BTreeMap<u64, Vec<usize>>,
-    live: &mut BTreeMap<u64, Live>,
-    report: &mut Report,
-    now: u64,
-) {
-    let held = with_partial(live, waiting, partial);
-    let mut free = admission::free_of(cluster, &held);
-    let mut order: Vec<(u64, u64)> = waiting.values().map(|w| (w.0.submitted, w.0.id)).collect();
-    order.sort_unstable();
-    // Pods queue by creation: the first pod of every job, then the second... so the pods of
-    // gangs submitted together interleave, as they do in Kubernetes' queue.
-    let most = waiting.values().map(|w| w.0.workers).max().unwrap_or(0) as usize;
-    for k in 0..most {
-        for &(_, id) in &order {
-            let Some((job, ..)) = waiting.get(&id) else {
-                continue;
-            };
-            let placed = partial.entry(id).or_default();
-            if placed.len() != k || k >= job.workers as usize {
-                continue;
-            }
-            let pod = Job {
-                workers: 1,
-                ..job.clone()
-            };
-            if let Some(n) = placement::place(cluster, &free, &pod, placement::Placement::Spread) {
-                free[n[0]] = free[n[0]].saturating_sub(job.per_worker);
-                placed.push(n[0]);
-            }
-        }
-    }
-    for (_, id) in order {
-        let complete = match (waiting.get(&id), partial.get(&id)) {
-            (Some((job, ..)), Some(p)) => p.len() == job.workers as usize,
-            _ => false,
-        };
-        if !complete {
-            continue;
-        }
-        let nodes = partial.remove(&id).unwrap_or_default();
-        let Some((job, duration, ckpt, done)) = waiting.remove(&id) else {
-            continue;
-        };
-        report
-            .jobs
-            .entry(id)
-            .or_default()
-            .first_start
-            .get_or_insert(now);
-        live.insert(
-            id,
-            Live {
-                running: Running {
-                    job,
-                    nodes,
-                    started: now,
-                    work_at_risk: 0,
-                },
-                done_before: done,
-                duration,
-                checkpoint_every: ckpt,
-            },
-        );
-    }
-}
-
-/// Waits (first start minus submission) of the jobs matching `keep`, sorted.
+/// Waits (see [`wait_of`]) of the jobs matching `keep`, sorted; jobs that never started
+/// count as waiting until the replay stopped.
 pub fn waits(report: &Report, jobs: &[SimJob], keep: impl Fn(&Job) -> bool) -> Vec<u64> {
     let mut w: Vec<u64> = jobs
         .iter()
         .filter(|j| keep(&j.job))
-        .filter_map(|j| {
-            let o = report.jobs.get(&j.job.id)?;
-            Some(o.first_start? - j.job.submitted)
-        })
+        .map(|j| wait_of(report, &j.job))
         .collect();
     w.sort_unstable();
     w
@@ -375,4 +590,109 @@ pub fn gpu_seconds_by_team(cluster: &Cluster, report: &Report, jobs: &[SimJob]) 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::cluster::{Node, Pool, Res, Team};
+
+    const GI: u64 = 1 << 30;
+
+    /// `nodes` nodes of `gpu` GPUs, one pool, one team without a quota.
+    pub(super) fn lab(nodes: usize, gpu: u64) -> Cluster {
+        Cluster {
+            pools: vec![Pool {
+                name: "a".into(),
+                interruptible: false,
+                labels: BTreeMap::new(),
+            }],
+            nodes: (0..nodes)
+                .map(|_| Node {
+                    pool: 0,
+                    capacity: Res::new(gpu, 32_000, 256 * GI),
+                })
+                .collect(),
+            teams: vec![Team {
+                name: "t".into(),
+                weight: 1.0,
+                quota: Res::ZERO,
+                borrow_limit: None,
+            }],
+        }
+    }
+
+    pub(super) fn sim(id: u64, submitted: u64, workers: u32, gpu: u64, duration: u64) -> SimJob {
+        SimJob {
+            job: Job {
+                id,
+                team: 0,
+                priority: 100,
+                workers,
+                per_worker: Res::new(gpu, 1000, GI),
+                interruptible: false,
+                checkpointed: false,
+                flavor: None,
+                submitted,
+            },
+            duration,
+            checkpoint_every: None,
+        }
+    }
+
+    #[test]
+    fn jobs_that_never_start_wait_until_the_replay_stops() {
+        // One 4-GPU node: a 1-GPU job runs 0..100; a gang of 2 x 4 GPUs can never be placed.
+        let c = lab(1, 4);
+        let jobs = vec![sim(0, 0, 1, 1, 100), sim(1, 10, 2, 4, 50)];
+        for policy in [admission::Policy::Fair, admission::Policy::Fifo] {
+            let settings = Settings {
+                policy,
+                ..Settings::default()
+            };
+            let r = run(&c, &jobs, &settings, |_, _| {});
+            assert_eq!(r.never_started, 1, "{policy:?}: {r:?}");
+            assert_eq!(r.stopped_at, 100, "{policy:?}: {r:?}");
+            // The gang waited from 10 until the replay stopped at 100.
+            assert_eq!(waits(&r, &jobs, |_| true), vec![0, 90], "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn fragmentation_is_the_share_of_free_gpus_too_split_for_the_largest_waiting_worker() {
+        // Two 4-GPU nodes. Two 3-GPU jobs run 0..100, one per node (binpack: 1 GPU is left on
+        // each); a 4-GPU job waits for them. 0..100: 2 GPUs free, both fragmented.
+        // 100..200: the 4-GPU job runs, 4 GPUs free, nothing waits, nothing fragmented.
+        let c = lab(2, 4);
+        let jobs = vec![
+            sim(0, 0, 1, 3, 100),
+            sim(1, 0, 1, 3, 100),
+            sim(2, 0, 1, 4, 100),
+        ];
+        let r = run(&c, &jobs, &Settings::default(), |_, _| {});
+        assert_eq!(r.makespan, 200, "{r:?}");
+        assert_eq!(r.free_gpu_seconds, 2 * 100 + 4 * 100);
+        assert_eq!(r.fragmented_gpu_seconds, 2 * 100);
+        assert!((r.fragmentation - 1.0 / 3.0).abs() < 1e-12);
+        // A 1-GPU job waiting instead (behind a quota, say) would find no fragmentation:
+        // every free GPU fits it. With nothing waiting, nothing is fragmented.
+        let r = run(&c, &jobs[..2], &Settings::default(), |_, _| {});
+        assert_eq!(r.fragmented_gpu_seconds, 0);
+        assert_eq!(r.fragmentation, 0.0);
+    }
+
+    #[test]
+    fn the_series_records_gpus_held_and_jobs_waiting() {
+        let c = lab(2, 4);
+        let jobs = vec![
+            sim(0, 0, 1, 3, 100),
+            sim(1, 0, 1, 3, 100),
+            sim(2, 0, 1, 4, 100),
+        ];
+        let r = run(&c, &jobs, &Settings::default(), |_, _| {});
+        let p = r.series.points(r.stopped_at);
+        assert_eq!(p[0].gpus, 6.0);
+        assert_eq!(p[0].queue, 1.0);
+        assert_eq!(p.last().map(|p| (p.gpus, p.queue)), Some((4.0, 0.0)));
+    }
 }

@@ -17,6 +17,7 @@ mod pipeline;
 mod sweep;
 pub mod template;
 pub mod units;
+pub mod workload;
 pub mod yaml;
 
 use std::collections::BTreeMap;
@@ -201,10 +202,24 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
             spec: spec.cloned(),
         }));
     }
-    let what = match kind.0.as_str() {
-        "Schedule" => "schedules arrive with the server",
-        _ => "simulation arrives with the scheduler",
-    };
+    if kind.0 == "Workload" {
+        // Checked here, so `sluice lint` reports a Workload's problems; `sluice simulate`
+        // reads it (`workload::read`).
+        match spec {
+            Some(spec) => workload::check(cx, spec),
+            None => {
+                cx.d.error(node.pos, "missing 'spec'")
+                    .help("add spec: with jobs: [...] or generate: {...}");
+            }
+        }
+        return Some(Document::Pending(Pending {
+            kind: kind.0,
+            metadata,
+            pos: node.pos,
+            spec: spec.cloned(),
+        }));
+    }
+    let what = "schedules arrive with the server";
     cx.d.note(
         kind.1,
         format!("kind {} is recognised but not validated yet", kind.0),
