@@ -1212,8 +1212,11 @@ impl Driver {
                     &ready.row,
                     &ready.attempt,
                     before,
-                    rate.map(|interval| (ask.team.as_str(), interval)),
-                    now_ms(),
+                    rate.map(|interval_ms| store::Rate {
+                        team: ask.team.as_str(),
+                        interval_ms,
+                        now: now_ms(),
+                    }),
                     |held| scheduling.place(held, ask, &nodes),
                 )
                 .await?;

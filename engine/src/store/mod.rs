@@ -18,7 +18,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool as Pool};
 
 pub use rows::{AttemptRow, Capacity, Change, Event, NewRun, RunRow, StepRow};
-pub use scheduling::{Claim, Placed};
+pub use scheduling::{Claim, Placed, Rate};
 
 /// How long a command waits for a store another process holds before it gives up (exit 3).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -125,8 +125,7 @@ impl Store {
         step: &StepRow,
         attempt: &AttemptRow,
         before: Change<'_>,
-        rate: Option<(&str, i64)>,
-        now: i64,
+        rate: Option<Rate<'_>>,
         place: impl FnOnce(&[Claim]) -> Option<String>,
     ) -> Result<Placed, Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -136,7 +135,12 @@ impl Store {
             tx.commit().await?;
             return Ok(Placed::NoRoom);
         };
-        if let Some((team, interval)) = rate {
+        if let Some(Rate {
+            team,
+            interval_ms: interval,
+            now,
+        }) = rate
+        {
             let next: Option<i64> = sqlx::query("SELECT next_at FROM trial_starts WHERE team = ?")
                 .bind(team)
                 .fetch_optional(&mut *tx)
@@ -190,6 +194,16 @@ impl Store {
         tx.commit().await?;
         Ok(Placed::Started(gpus))
     }
+}
+
+/// A trial's start under its team's rate limit.
+#[derive(Clone, Copy, Debug)]
+pub struct Rate<'a> {
+    pub team: &'a str,
+    /// Between two starts of the team's trials.
+    pub interval_ms: i64,
+    /// Unix ms.
+    pub now: i64,
 }
 
 /// What `start_placed` did.
