@@ -1056,7 +1056,23 @@ impl Driver {
                     continue;
                 }
                 if !self.start(idx, watcher).await? {
-                    return Ok(()); // no room in the pool: wait for an attempt to end
+                    // No room in the pool: wait for an attempt to end, and say so.
+                    let r = &self.step_of(&self.rows[idx]).resources;
+                    let workers = u64::from(r.workers.max(1));
+                    let mut needs = vec![format!("{} CPU", (r.millicpu * workers) as f64 / 1000.0)];
+                    if let Some(m) = r.memory {
+                        needs.push(format!("{} MiB memory", m * workers / (1 << 20)));
+                    }
+                    if r.gpu > 0 {
+                        needs.push(format!("{} GPU", u64::from(r.gpu) * workers));
+                    }
+                    let reason = format!(
+                        "waiting: needs {}; this machine's pool is held by running steps",
+                        needs.join(", ")
+                    );
+                    let name = self.rows[idx].name.clone();
+                    self.show_wait(&name, reason, watcher);
+                    return Ok(());
                 }
             }
         }
@@ -1245,8 +1261,8 @@ impl Driver {
         Ok(())
     }
 
-    /// Cluster mode: a queued row's reason for waiting, committed with what comes next and
-    /// shown when it changes.
+    /// A queued row's reason for waiting, committed with what comes next and shown when it
+    /// changes.
     fn show_wait(&mut self, name: &str, reason: String, watcher: &mut dyn Watcher) {
         let Some(&idx) = self.by_name.get(name) else {
             return;
