@@ -3,7 +3,8 @@
 seeds, each replayed by `sluice simulate --output json` under fifo, priority and fair.
 Python standard library only.
 
-    python3 examples/simulate/scenario/seeds.py [--sluice PATH] [SEED ...]   # default 1..10
+    python3 examples/simulate/scenario/seeds.py [--sluice PATH] [--cluster FILE] [SEED ...]
+    # seeds default to 1..10; the Cluster file to examples/simulate/scenario/cluster.yaml
 """
 import argparse
 import json
@@ -16,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
 ap.add_argument("--sluice", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"),
                                                  "release", "sluice"))
+ap.add_argument("--cluster", default=os.path.join(HERE, "cluster.yaml"))
 ap.add_argument("seeds", nargs="*", type=int, default=list(range(1, 11)))
 args = ap.parse_args()
 
@@ -29,7 +31,7 @@ for seed in args.seeds:
                              stdout=f, stderr=subprocess.PIPE, text=True, check=True)
         f.flush()
         load = gen.stderr.rsplit("offered load ", 1)[1].strip()
-        out = subprocess.run([args.sluice, "simulate", "--cluster", os.path.join(HERE, "cluster.yaml"),
+        out = subprocess.run([args.sluice, "simulate", "--cluster", args.cluster,
                               "--workload", f.name, "--output", "json"],
                              capture_output=True, text=True, check=True)
         f.seek(0)
