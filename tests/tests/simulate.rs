@@ -48,11 +48,20 @@ fn the_documented_scenario_shows_fifo_stuck_in_half_placed_gangs_and_fair_ahead(
         assert_eq!(p(policy, "never_started"), 0.0, "{policy}");
     }
     // fair uses the cluster best, serves production soonest and is the fairest.
-    assert!(p("fair", "gpu_utilization") > p("priority", "gpu_utilization"), "{v}");
-    assert!(p("priority", "gpu_utilization") > p("fifo", "gpu_utilization"), "{v}");
+    assert!(
+        p("fair", "gpu_utilization") > p("priority", "gpu_utilization"),
+        "{v}"
+    );
+    assert!(
+        p("priority", "gpu_utilization") > p("fifo", "gpu_utilization"),
+        "{v}"
+    );
     assert!(prod_p95("fair") < prod_p95("priority"), "{v}");
     assert!(prod_p95("fair") < prod_p95("fifo"), "{v}");
-    assert!(p("fair", "jain_fairness") > p("fifo", "jain_fairness"), "{v}");
+    assert!(
+        p("fair", "jain_fairness") > p("fifo", "jain_fairness"),
+        "{v}"
+    );
 }
 
 #[test]

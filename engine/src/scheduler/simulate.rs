@@ -199,7 +199,11 @@ impl Sim<'_> {
         a.waiting = a.waiting.saturating_add_signed(waiting);
         if add != Res::ZERO || sub != Res::ZERO {
             a.held = (a.held + add).saturating_sub(sub);
-            let weight = self.cluster.teams.get(t).map_or(1.0, |t| t.weight.max(1e-9));
+            let weight = self
+                .cluster
+                .teams
+                .get(t)
+                .map_or(1.0, |t| t.weight.max(1e-9));
             a.share = a.held.dominant_share(self.total) / weight;
         }
     }
