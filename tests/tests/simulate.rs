@@ -15,6 +15,55 @@ fn example(args: &[&str]) -> sluice_e2e::Ran {
     run_in(&root(), &all)
 }
 
+/// The documented scenario (docs/scheduler-scenario.md): behaviours, not its exact numbers.
+#[test]
+fn the_documented_scenario_shows_fifo_stuck_in_half_placed_gangs_and_fair_ahead() {
+    let out = run_in(
+        &root(),
+        &[
+            "simulate",
+            "--cluster",
+            "examples/simulate/scenario/cluster.yaml",
+            "--workload",
+            "examples/simulate/scenario/jobs.csv",
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let p = |policy: &str, key: &str| v["policies"][policy][key].as_f64().expect(key);
+    let prod_p95 = |policy: &str| {
+        v["policies"][policy]["priorities"]["production"]["wait_seconds"]["p95"]
+            .as_f64()
+            .expect("production p95")
+    };
+    // fifo holds GPUs in half-placed gangs and ends deadlocked with jobs never started.
+    assert!(p("fifo", "partial_gang_gpu_hours") > 0.0, "{v}");
+    assert!(p("fifo", "deadlocks") >= 1.0, "{v}");
+    assert!(p("fifo", "never_started") > 0.0, "{v}");
+    for policy in ["priority", "fair"] {
+        assert_eq!(p(policy, "partial_gang_gpu_hours"), 0.0, "{policy}");
+        assert_eq!(p(policy, "deadlocks"), 0.0, "{policy}");
+        assert_eq!(p(policy, "never_started"), 0.0, "{policy}");
+    }
+    // fair uses the cluster best, serves production soonest and is the fairest.
+    assert!(
+        p("fair", "gpu_utilization") > p("priority", "gpu_utilization"),
+        "{v}"
+    );
+    assert!(
+        p("priority", "gpu_utilization") > p("fifo", "gpu_utilization"),
+        "{v}"
+    );
+    assert!(prod_p95("fair") < prod_p95("priority"), "{v}");
+    assert!(prod_p95("fair") < prod_p95("fifo"), "{v}");
+    assert!(
+        p("fair", "jain_fairness") > p("fifo", "jain_fairness"),
+        "{v}"
+    );
+}
+
 #[test]
 fn the_example_replays_under_each_policy_with_the_contract_shape() {
     let out = example(&["--output", "json"]);

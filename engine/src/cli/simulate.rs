@@ -168,14 +168,12 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         }
     }
     let mut teams = serde_json::Map::new();
-    let mut shares = Vec::new();
     for (t, team) in cluster.teams.iter().enumerate() {
         let w = &mut team_waits[t];
         if w.is_empty() {
             continue;
         }
         w.sort_unstable();
-        shares.push(by_team[t] / team.weight.max(1e-9));
         teams.insert(
             team.name.clone(),
             json!({
@@ -201,7 +199,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         "gpu_utilization": round(report.gpu_utilization, 4),
         "partial_gang_gpu_hours": round(report.partial_gang_gpu_seconds as f64 / 3600.0, 2),
         "deadlocks": report.deadlocks,
-        "jain_fairness": round(simulate::jain(&shares), 4),
+        "jain_fairness": round(report.jain_fairness, 4),
         "wait_seconds": waits(&all),
         "jobs": jobs.len(),
         "completed": completed,

@@ -19,6 +19,17 @@
 //!   fit in them), with the task taken as the largest waiting worker instead of an expectation
 //!   over the workload's task mix, which keeps it O(distinct free counts) per event. GPUs only;
 //!   pools and flavors the waiting job may not use are not told apart.
+//! - **Jain's fairness index** (`jain_fairness`) of the service teams received while they
+//!   wanted more: for each team, its weighted dominant share (DRF: the largest of its GPU, CPU
+//!   and memory shares of the cluster, held by its fully placed jobs, divided by its weight;
+//!   Ghodsi et al., "Dominant Resource Fairness", NSDI '11) averaged over the time it had a
+//!   job waiting (backlogged, as fairness is judged among backlogged flows in fair queueing:
+//!   Demers, Keshav and Shenker, SIGCOMM '89); then Jain, Chiu and Hawe's index (DEC-TR-301,
+//!   1984), `(sum x)^2 / (n sum x^2)`, over the teams that were ever backlogged: 1 when every
+//!   backlogged team got the same share per unit of weight, 1/n when one got everything. Kept
+//!   per team and brought up to date only when the team's holdings or queue change: O(1) per
+//!   start, stop, arrival or preemption. Quotas are not entitlements here: a fair schedule
+//!   that gives a team with a quota more than a team without one scores below 1.
 //! - a [`Series`] of GPUs held and jobs waiting over time, for charts.
 
 mod series;
@@ -87,6 +98,25 @@ pub struct Report {
     pub fragmentation: f64,
     /// GPUs held and jobs waiting over time.
     pub series: Series,
+    /// By team: seconds with a job waiting, and the mean weighted dominant share held then
+    /// (0 for a team never backlogged). See the module doc.
+    pub backlogged_seconds: Vec<u64>,
+    pub share_while_backlogged: Vec<f64>,
+    /// Jain's index of `share_while_backlogged` over the teams ever backlogged (1 if fewer
+    /// than two).
+    pub jain_fairness: f64,
+}
+
+/// One team's running account for Jain's index (module doc).
+#[derive(Clone, Debug, Default)]
+struct TeamAccount {
+    held: Res,
+    waiting: u64,
+    /// `held`'s dominant share over the team's weight.
+    share: f64,
+    since: u64,
+    backlogged: u64,
+    share_seconds: f64,
 }
 
 const NONE: usize = usize::MAX;
@@ -145,10 +175,39 @@ struct Sim<'a> {
     /// `fifo`: the pods of waiting gangs placed so far, and the GPUs they hold.
     partial: BTreeMap<u64, Vec<usize>>,
     partial_gpu: u64,
+    /// The current instant, and each team's account for Jain's index.
+    now: u64,
+    teams: Vec<TeamAccount>,
+    total: Res,
     report: Report,
 }
 
 impl Sim<'_> {
+    /// Brings team `t`'s account up to `self.now`, then applies a change to what it holds
+    /// (`add`/`sub`) and to how many of its jobs wait.
+    fn team_change(&mut self, t: usize, add: Res, sub: Res, waiting: i64) {
+        let now = self.now;
+        let Some(a) = self.teams.get_mut(t) else {
+            return;
+        };
+        if a.waiting > 0 {
+            let dt = now.saturating_sub(a.since);
+            a.backlogged += dt;
+            a.share_seconds += a.share * dt as f64;
+        }
+        a.since = now;
+        a.waiting = a.waiting.saturating_add_signed(waiting);
+        if add != Res::ZERO || sub != Res::ZERO {
+            a.held = (a.held + add).saturating_sub(sub);
+            let weight = self
+                .cluster
+                .teams
+                .get(t)
+                .map_or(1.0, |t| t.weight.max(1e-9));
+            a.share = a.held.dominant_share(self.total) / weight;
+        }
+    }
+
     fn set_free(&mut self, node: usize, to: Res) {
         let before = self.free[node].gpu;
         if let Some(c) = self.free_nodes_by_gpus.get_mut(&before) {
@@ -172,6 +231,7 @@ impl Sim<'_> {
 
     fn enqueue(&mut self, i: usize, done: u64) {
         let job = self.jobs[i].job.clone();
+        self.team_change(job.team, Res::ZERO, Res::ZERO, 1);
         *self.waiting_by_gpus.entry(job.per_worker.gpu).or_default() += 1;
         self.done_before[i] = done;
         self.wait_slot[i] = self.waiting.len();
@@ -184,6 +244,7 @@ impl Sim<'_> {
             return None;
         }
         let job = self.waiting.swap_remove(slot);
+        self.team_change(job.team, Res::ZERO, Res::ZERO, -1);
         if let Some(moved) = self.waiting.get(slot)
             && let Some(m) = self.ids.get(moved.id)
         {
@@ -203,6 +264,7 @@ impl Sim<'_> {
             self.take(n, job.per_worker);
         }
         self.running_gpu += job.demand().gpu;
+        self.team_change(job.team, job.demand(), Res::ZERO, 0);
         self.outcomes[i].first_start.get_or_insert(now);
         self.generation[i] += 1;
         let left = self.jobs[i].duration.saturating_sub(self.done_before[i]);
@@ -231,6 +293,7 @@ impl Sim<'_> {
             self.give(n, r.job.per_worker);
         }
         self.running_gpu -= r.job.demand().gpu;
+        self.team_change(r.job.team, Res::ZERO, r.job.demand(), 0);
         charge(&mut self.report, self.cluster, &r, now);
         Some(r)
     }
@@ -462,6 +525,9 @@ pub fn run(
         running_gpu: 0,
         partial: BTreeMap::new(),
         partial_gpu: 0,
+        now: 0,
+        teams: vec![TeamAccount::default(); cluster.teams.len()],
+        total: cluster.total(),
         report: Report::default(),
     };
     let fifo = settings.policy == admission::Policy::Fifo;
@@ -471,6 +537,7 @@ pub fn run(
     // The previous event's time: what work at risk is measured at (`update_work_at_risk`).
     let mut previous = 0u64;
     loop {
+        sim.now = now;
         // Ends due now.
         while let Some(Reverse((t, i, g))) = sim.ends.peek().copied()
             && t <= now
@@ -521,8 +588,32 @@ pub fn run(
         previous = now;
         now = next;
     }
+    sim.report.stopped_at = sim.report.stopped_at.max(sim.report.makespan);
+    sim.now = sim.report.stopped_at;
+    for t in 0..sim.teams.len() {
+        sim.team_change(t, Res::ZERO, Res::ZERO, 0);
+    }
     let mut report = sim.report;
-    report.stopped_at = report.stopped_at.max(report.makespan);
+    report.backlogged_seconds = sim.teams.iter().map(|a| a.backlogged).collect();
+    report.share_while_backlogged = sim
+        .teams
+        .iter()
+        .map(|a| {
+            if a.backlogged > 0 {
+                a.share_seconds / a.backlogged as f64
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let backlogged: Vec<f64> = sim
+        .teams
+        .iter()
+        .zip(&report.share_while_backlogged)
+        .filter(|(a, _)| a.backlogged > 0)
+        .map(|(_, s)| *s)
+        .collect();
+    report.jain_fairness = jain(&backlogged);
     report.never_started = sim
         .outcomes
         .iter()
@@ -572,9 +663,12 @@ pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
     Some(sorted[rank - 1])
 }
 
-/// Jain's fairness index of per-team allocations divided by weight: 1 when every team got
-/// capacity in proportion to its weight, 1/n when one team got everything.
+/// Jain's fairness index (Jain, Chiu and Hawe, 1984) of per-team allocations already divided
+/// by weight: 1 when all are equal (or fewer than two), 1/n when one team got everything.
 pub fn jain(allocations: &[f64]) -> f64 {
+    if allocations.len() < 2 {
+        return 1.0;
+    }
     let n = allocations.len() as f64;
     let sum: f64 = allocations.iter().sum();
     let sq: f64 = allocations.iter().map(|x| x * x).sum();
@@ -694,5 +788,50 @@ mod tests {
         assert_eq!(p[0].gpus, 6.0);
         assert_eq!(p[0].queue, 1.0);
         assert_eq!(p.last().map(|p| (p.gpus, p.queue)), Some((4.0, 0.0)));
+    }
+
+    #[test]
+    fn jain_is_lower_when_one_team_is_served_first() {
+        // One 4-GPU node, two teams of weight 1 without quotas; team 0 submits twelve 1-GPU
+        // jobs at 0, team 1 four at 1, each 100 s. `priority` (one queue by age) runs team 0
+        // first: it holds the whole node while backlogged (0..200), team 1 nothing while
+        // backlogged (1..300): index 1/2. `fair` gives team 1 half the node from 100 on: team
+        // 0 (100 x 1 + 200 x 0.5) / 300 = 2/3 over 0..300, team 1 (100 x 0.5) / 199 over
+        // 1..200: index about 0.83.
+        let mut c = lab(1, 4);
+        c.teams.push(Team {
+            name: "u".into(),
+            weight: 1.0,
+            quota: Res::ZERO,
+            borrow_limit: None,
+        });
+        let mut jobs = Vec::new();
+        for k in 0..16u64 {
+            let mut j = sim(k, u64::from(k >= 12), 1, 1, 100);
+            j.job.team = usize::from(k >= 12);
+            jobs.push(j);
+        }
+        let at = |policy| {
+            let settings = Settings {
+                policy,
+                ..Settings::default()
+            };
+            run(&c, &jobs, &settings, |_, _| {})
+        };
+        let (unfair, fair) = (at(admission::Policy::Priority), at(admission::Policy::Fair));
+        assert_eq!(unfair.makespan, 400);
+        assert_eq!(fair.makespan, 400);
+        assert!((unfair.jain_fairness - 0.5).abs() < 1e-9, "{unfair:?}");
+        assert_eq!(unfair.backlogged_seconds, vec![200, 299]);
+        assert_eq!(fair.backlogged_seconds, vec![300, 199], "{fair:?}");
+        let expected = {
+            let x = [2.0 / 3.0, 50.0 / 199.0];
+            (x[0] + x[1]) * (x[0] + x[1]) / (2.0 * (x[0] * x[0] + x[1] * x[1]))
+        };
+        assert!((fair.jain_fairness - expected).abs() < 1e-9, "{fair:?}");
+        assert!(fair.jain_fairness > 0.8);
+        // Over completed GPU-hours (the old definition) both would score 1.
+        assert_eq!(jain(&[1.0, 1.0]), 1.0);
+        assert_eq!(jain(&[2.0]), 1.0);
     }
 }
