@@ -21,6 +21,8 @@ pub mod placement;
 pub mod simulate;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod reference;
 pub mod workload;
 
 pub use admission::{Decision, Policy, Settings, cycle};
