@@ -1420,7 +1420,7 @@ fn big_state(seed: u64, nodes: usize, teams: usize, waiting: usize) -> (Cluster,
             .collect(),
     };
     let flavors = [None, Some("a100"), Some("h100"), Some("spot-c"), Some("tpu")];
-    let mut make = |id: u64, rng: &mut rand_pcg::Pcg64| {
+    let make = |id: u64, rng: &mut rand_pcg::Pcg64| {
         let mut j = job(
             id,
             rng.random_range(0..teams),
