@@ -24,6 +24,7 @@
 //! around the reservation. One step holds a reservation at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 use super::cluster::{Cluster, Res};
 use super::placement::{self, Allowed, Placement};
@@ -118,7 +119,8 @@ pub fn cycle(
     settings: &Settings,
 ) -> Vec<Decision> {
     let mut st = State::new(cluster, running, waiting, settings);
-    let mut out = Vec::with_capacity(waiting.len());
+    // A decision per waiting step, and at most one preemption per running step.
+    let mut out = Vec::with_capacity(waiting.len() + running.len());
     // The oldest starving step that could ever start reserves the nodes it will take: those
     // it fits on now, or those it will fit on once what runs there has stopped. Nothing new
     // starts on them but it, and the steps that could preempt it anyway (its team's higher
@@ -292,11 +294,53 @@ struct State {
     /// Bumped whenever `free` changes.
     free_gen: u64,
     /// Shapes that did not fit, per query, with the `grow` they were found in.
-    failed: HashMap<(Query, Shape), u64>,
+    failed: FxMap<(Query, Shape), u64>,
     /// Per (per-worker resources, allowed nodes): the workers that fit in the free room, with
     /// the `free_gen` it was counted in.
-    room: HashMap<(Res, usize), (u64, u64)>,
+    room: FxMap<(Res, usize), (u64, u64)>,
+    /// The last `why_not` reason per (team, shape), with the `free_gen` and team usage it was
+    /// written for: the same inputs give the same words.
+    reasons: FxMap<(usize, Shape), (u64, Res, String)>,
+    /// The room `soon` (per closed or not) and the room of `Query::Reclaimable` (per closed
+    /// or not and grace), with the `grow` and `free_gen` they were computed at.
+    rooms: FxMap<(Query, u64, u64), Rc<Vec<Res>>>,
+    /// `why_not`'s words for a shape, with the `free_gen` they were written at.
+    shape_words: FxMap<Shape, (u64, String)>,
+    /// `why_not`'s words for each team, with the usage they were written for.
+    team_words: Vec<Option<(Res, String)>>,
 }
+
+/// FxHash (as rustc uses): the memo keys are small integers, SipHash's cost showed.
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_isize(&mut self, i: isize) {
+        self.write_u64(i as u64);
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
 
 /// What placement depends on in a job: per-worker resources, gang size, allowed nodes.
 type Shape = (Res, u32, usize);
@@ -343,12 +387,16 @@ impl State {
             allowed,
             grow: 0,
             free_gen: 0,
-            failed: HashMap::new(),
-            room: HashMap::new(),
+            failed: FxMap::default(),
+            room: FxMap::default(),
+            reasons: FxMap::default(),
+            rooms: FxMap::default(),
+            shape_words: FxMap::default(),
+            team_words: vec![None; cluster.teams.len()],
         };
         let _ = settings;
         for t in 0..cluster.teams.len() {
-            st.refresh_over(cluster, t);
+            st.refresh_over(cluster, t, true);
         }
         st
     }
@@ -367,15 +415,19 @@ impl State {
     }
 
     /// Whether team `t` is above its quota once its victims have stopped.
-    fn refresh_over(&mut self, cluster: &Cluster, t: usize) {
+    /// `grown`: its usage grew (else its victims did).
+    fn refresh_over(&mut self, cluster: &Cluster, t: usize, grown: bool) {
         if self.by_team[t].is_empty() {
             return;
         }
         let held = self.usage[t].saturating_sub(self.victim_held[t]);
         if held.fits_in(cluster.teams[t].quota) {
             self.over.remove(&t);
-        } else if self.over.insert(t) {
-            self.grew();
+        } else {
+            // Newly above its quota, or further above: more of its steps may be reclaimed.
+            if self.over.insert(t) || grown {
+                self.grew();
+            }
         }
     }
 
@@ -403,6 +455,18 @@ impl State {
         visible
     }
 
+    /// `soon`, computed once for as long as the room stays as it is.
+    fn soon_room(&mut self, closed: bool) -> Rc<Vec<Res>> {
+        let key = (Query::Soon(closed), self.grow, self.free_gen);
+        if let Some(room) = self.rooms.get(&key) {
+            return room.clone();
+        }
+        let room = Rc::new(self.soon(closed));
+        self.rooms.retain(|k, _| k.1 == key.1 && k.2 == key.2);
+        self.rooms.insert(key, room.clone());
+        room
+    }
+
     /// What a step could use once the victims chosen so far have stopped.
     fn soon(&self, closed: bool) -> Vec<Res> {
         let mut soon = self.visible(closed);
@@ -423,7 +487,7 @@ impl State {
         if self.known_to_fail(Query::Soon(closed), shape) {
             return false;
         }
-        let soon = self.soon(closed);
+        let soon = self.soon_room(closed);
         self.place(Query::Soon(closed), shape, &soon, job, settings).is_some()
     }
 
@@ -578,7 +642,7 @@ fn try_start(
             }
             st.free_gen += 1;
             st.usage[job.team] += demand;
-            st.refresh_over(cluster, job.team);
+            st.refresh_over(cluster, job.team, true);
             out.push(Decision::Admit { job: job.id, nodes });
             return Tried::Started;
         }
@@ -617,7 +681,7 @@ fn try_start(
             // Its team still holds it until it has stopped.
             st.victims.insert(v.job.id);
             st.victim_held[v.job.team] += v.job.demand();
-            st.refresh_over(cluster, v.job.team);
+            st.refresh_over(cluster, v.job.team, false);
             out.push(Decision::Preempt {
                 victim: v.job.id,
                 job: job.id,
@@ -626,7 +690,7 @@ fn try_start(
         if reclaimed {
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
-            st.refresh_over(cluster, job.team);
+            st.refresh_over(cluster, job.team, true);
             return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
         }
         return Tried::Preempting(what);
@@ -724,23 +788,26 @@ fn reclaim<'a>(
     if st.known_to_fail(q, shape) {
         return None;
     }
-    // Were every preemptible step of every team above its quota stopped, would it fit? (The
-    // candidates below are a part of those, and placement is monotone in the room.)
-    let closed_set = st.closed(closed);
-    let mut most = st.soon(closed);
-    for &t in &st.over {
-        for &i in &st.by_team[t] {
-            let r = &running[i];
-            if !st.victims.contains(&r.job.id) && preemptible(r, settings) {
-                release(&mut most, r, &closed_set);
-            }
-        }
-    }
+    // The room once the pass below has taken every victim it may (what it takes of a team
+    // depends only on that team, and the job's own team, under its quota, is not among
+    // them): if the job does not fit there, it fits at no point of the pass (placement is
+    // monotone in the room), and the pass fails. Independent of the job but for its shape.
+    let key = (q, st.grow, st.free_gen);
+    let most = if let Some(most) = st.rooms.get(&key) {
+        most.clone()
+    } else {
+        let closed_set = st.closed(closed);
+        let most = Rc::new(most_room(cluster, running, st, &closed_set, closed, settings));
+        st.rooms.retain(|k, _| k.1 == key.1 && k.2 == key.2);
+        st.rooms.insert(key, most.clone());
+        most
+    };
     st.place(q, shape, &most, job, settings)?;
+    let closed_set = st.closed(closed);
     let free = st.soon(closed);
     // What each team will hold once the victims already chosen this cycle have stopped.
     let held = |t: usize| st.usage[t].saturating_sub(st.victim_held[t]);
-    let mut usage: HashMap<usize, Res> = HashMap::new();
+    let mut usage: FxMap<usize, Res> = FxMap::default();
     let mut candidates: Vec<usize> = Vec::new();
     for &t in st.over.iter().filter(|&&t| t != job.team) {
         usage.insert(t, held(t));
@@ -776,6 +843,34 @@ fn reclaim<'a>(
         }
     }
     None
+}
+
+/// The room once `reclaim`'s pass has taken every victim it may, whatever the job.
+fn most_room(
+    cluster: &Cluster,
+    running: &[Running],
+    st: &State,
+    closed_set: &BTreeSet<usize>,
+    closed: bool,
+    settings: &Settings,
+) -> Vec<Res> {
+    let mut most = st.soon(closed);
+    for &t in &st.over {
+        let quota = cluster.teams[t].quota;
+        let mut held = st.usage[t].saturating_sub(st.victim_held[t]);
+        for &i in &st.by_team[t] {
+            let r = &running[i];
+            if !st.victims.contains(&r.job.id)
+                && preemptible(r, settings)
+                && !held.fits_in(quota)
+                && !below(held.saturating_sub(r.job.demand()), quota)
+            {
+                release(&mut most, r, closed_set);
+                held = held.saturating_sub(r.job.demand());
+            }
+        }
+    }
+    most
 }
 
 /// The team's own running steps of lower priority whose stopping lets `job` fit, in the
@@ -868,6 +963,21 @@ fn prune<'a>(
 
 /// Why a step that did not fit waits, in words.
 fn why_not(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> String {
+    if let Some((generation, usage, why)) = st.reasons.get(&(job.team, shape))
+        && *generation == st.free_gen
+        && *usage == st.usage[job.team]
+    {
+        return why.clone();
+    }
+    let why = why_not_words(cluster, st, job, shape);
+    st.reasons.insert(
+        (job.team, shape),
+        (st.free_gen, st.usage[job.team], why.clone()),
+    );
+    why
+}
+
+fn why_not_words(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> String {
     let team = &cluster.teams[job.team];
     let allowed = &st.allowed[shape.2].2;
     let fits_empty = allowed
@@ -901,26 +1011,56 @@ fn why_not(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> String
             room
         }
     };
-    let gang = if job.workers > 1 {
-        format!("gang of {} x ({})", job.workers, job.per_worker)
-    } else {
-        format!("{}", job.per_worker)
+    // Written once per shape (and free room) and once per team (and usage), then joined: a
+    // reason for every waiting step, every cycle.
+    use std::fmt::Write as _;
+    let words = match st.shape_words.get(&shape) {
+        Some((generation, words)) if *generation == st.free_gen => words,
+        _ => {
+            let mut words = String::with_capacity(96);
+            let _ = if job.workers > 1 {
+                write!(
+                    words,
+                    "waiting: needs gang of {} x ({})",
+                    job.workers, job.per_worker
+                )
+            } else {
+                write!(words, "waiting: needs {}", job.per_worker)
+            };
+            let _ = write!(
+                words,
+                "; free room for {room} of {} worker(s) now",
+                job.workers
+            );
+            st.shape_words.insert(shape, (st.free_gen, words));
+            &st.shape_words[&shape].1
+        }
     };
-    let quota = if team.quota == Res::ZERO {
-        String::new()
-    } else {
-        format!(
-            "; team {} holds {} of its quota {}",
-            team.name, st.usage[job.team], team.quota
-        )
-    };
-    format!(
-        "waiting: needs {gang}; free room for {room} of {} worker(s) now{quota}",
-        job.workers
-    )
+    let mut why = String::with_capacity(words.len() + 80);
+    why.push_str(words);
+    if team.quota != Res::ZERO {
+        let usage = st.usage[job.team];
+        match &mut st.team_words[job.team] {
+            Some((held, words)) if *held == usage => why.push_str(words),
+            slot => {
+                let mut words = String::with_capacity(80);
+                let _ = write!(
+                    words,
+                    "; team {} holds {} of its quota {}",
+                    team.name, usage, team.quota
+                );
+                why.push_str(&words);
+                *slot = Some((usage, words));
+            }
+        }
+    }
+    why
 }
 
 fn workers_that_fit(per: Res, free: Res) -> u64 {
+    if !per.fits_in(free) {
+        return 0;
+    }
     let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
     div(free.gpu, per.gpu)
         .min(div(free.millicpu, per.millicpu))

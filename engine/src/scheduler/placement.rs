@@ -130,6 +130,9 @@ fn fill(nodes: &[usize], free: &[Res], job: &Job, how: Placement) -> Option<Vec<
         let mut room: u64 = 0;
         for &n in nodes {
             let f = free[n];
+            if !per.fits_in(f) {
+                continue;
+            }
             room = room.saturating_add(
                 div(f.gpu, per.gpu)
                     .min(div(f.millicpu, per.millicpu))
