@@ -136,14 +136,24 @@ pub fn cycle(
         Policy::Fifo => (0, j.submitted, j.id),
         _ => (-j.priority, j.submitted, j.id),
     };
-    let mut queues: BTreeMap<usize, Vec<&Job>> = BTreeMap::new();
+    let mut sorted: BTreeMap<usize, Vec<(Key, &Job)>> = BTreeMap::new();
     for j in waiting {
-        queues.entry(queue_of(j, settings)).or_default().push(j);
+        sorted
+            .entry(queue_of(j, settings))
+            .or_default()
+            .push((key(j), j));
     }
-    for q in queues.values_mut() {
-        q.sort_by_key(|j| key(j));
-        q.reverse(); // popped from the end
-    }
+    // Each queue's steps copied in the order they are taken, one after the other in memory:
+    // the teams take turns, and a step fetched from all over `waiting` at its turn would
+    // cost a cache miss each.
+    let mut queues: BTreeMap<usize, Vec<Job>> = sorted
+        .into_iter()
+        .map(|(q, mut jobs)| {
+            jobs.sort_by_key(|(k, _)| *k);
+            // Popped from the end.
+            (q, jobs.into_iter().rev().map(|(_, j)| j.clone()).collect())
+        })
+        .collect();
     // The queues in the order they take turns: under `fair`, teams below their quota (or
     // whose next step keeps them within) first, then the smallest dominant share per unit of
     // weight, then the lowest index; the others have one queue. Only the team whose step was
@@ -169,6 +179,7 @@ pub fn cycle(
         let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
             break;
         };
+        let job = &job;
         let closed = holder
             .filter(|h| !st.reserved.is_empty() && h.id != job.id)
             .filter(|h| !may_preempt(cluster, job, h, &st.usage, settings))
@@ -228,6 +239,9 @@ pub fn cycle(
     }
     out
 }
+
+/// A step's place in its queue: (minus priority or 0, submitted, id), smallest first.
+type Key = (i64, u64, u64);
 
 /// A queue's turn: (past its quota, dominant share per unit of weight, queue), smallest first.
 #[derive(Clone, Copy, Debug)]
