@@ -294,10 +294,10 @@ struct State {
     /// Per team, what its steps chosen as victims hold.
     victim_held: Vec<Res>,
     /// Per team, its running steps (indices into `running`) in the victim order.
-    by_team: Vec<Vec<usize>>,
+    by_team: Option<ByTeam>,
     /// Teams with running steps that hold more than their quota, less their victims: the
     /// only teams `reclaim` takes from.
-    over: BTreeSet<usize>,
+    over: Option<BTreeSet<usize>>,
     /// The nodes each (interruptible, flavor) of the waiting steps may use.
     allowed: Vec<(bool, Option<String>, Allowed)>,
     /// Bumped whenever the room some query sees may have grown (room held or released,
@@ -356,6 +356,18 @@ impl std::hash::Hasher for Fx {
 
 type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
 
+/// Running steps (indices into `running`) per team, each team's in the victim order.
+struct ByTeam {
+    start: Vec<usize>,
+    idx: Vec<usize>,
+}
+
+impl ByTeam {
+    fn of(&self, t: usize) -> &[usize] {
+        &self.idx[self.start[t]..self.start[t + 1]]
+    }
+}
+
 /// What placement depends on in a job: per-worker resources, gang size, allowed nodes.
 type Shape = (Res, u32, usize);
 
@@ -382,22 +394,16 @@ impl State {
                 allowed.push((j.interruptible, j.flavor.clone(), Allowed::new(cluster, j)));
             }
         }
-        let mut by_team: Vec<Vec<usize>> = vec![Vec::new(); cluster.teams.len()];
-        let mut order: Vec<usize> = (0..running.len()).collect();
-        order.sort_by_key(|&i| (victim_order(&running[i]), i));
-        for i in order {
-            by_team[running[i].job.team].push(i);
-        }
-        let mut st = State {
+        let st = State {
             free: free_of(cluster, running),
             usage: usage_of(cluster, running),
             victims: BTreeSet::new(),
             pending: vec![Res::ZERO; cluster.nodes.len()],
             pending_any: false,
             reserved: BTreeSet::new(),
-            victim_held: vec![Res::ZERO; cluster.teams.len()],
-            by_team,
-            over: BTreeSet::new(),
+            victim_held: Vec::new(),
+            by_team: None,
+            over: None,
             allowed,
             grow: 0,
             free_gen: 0,
@@ -406,13 +412,57 @@ impl State {
             reasons: FxMap::default(),
             rooms: FxMap::default(),
             shape_words: FxMap::default(),
-            team_words: vec![None; cluster.teams.len()],
+            team_words: Vec::new(),
         };
         let _ = settings;
-        for t in 0..cluster.teams.len() {
-            st.refresh_over(cluster, t, true);
-        }
         st
+    }
+
+    /// Builds, on first need, the running steps per team in the victim order and the teams
+    /// above their quota (a cycle whose steps all fit needs neither).
+    fn index(&mut self, cluster: &Cluster, running: &[Running]) {
+        if self.by_team.is_some() {
+            return;
+        }
+        // Bucketed by team (counting sort), each bucket in the victim order.
+        let teams = cluster.teams.len();
+        let mut start = vec![0usize; teams + 1];
+        for r in running {
+            start[r.job.team + 1] += 1;
+        }
+        for t in 0..teams {
+            start[t + 1] += start[t];
+        }
+        let mut next = start.clone();
+        let mut idx = vec![0usize; running.len()];
+        for (i, r) in running.iter().enumerate() {
+            idx[next[r.job.team]] = i;
+            next[r.job.team] += 1;
+        }
+        for t in 0..teams {
+            let bucket = &mut idx[start[t]..start[t + 1]];
+            if bucket.len() > 1 {
+                bucket.sort_by_key(|&i| (victim_order(&running[i]), i));
+            }
+        }
+        self.by_team = Some(ByTeam { start, idx });
+        self.over = Some(BTreeSet::new());
+        for t in 0..teams {
+            self.refresh_over(cluster, t, true);
+        }
+    }
+
+    fn teams(&self) -> &ByTeam {
+        self.by_team.as_ref().expect("indexed")
+    }
+
+    fn over(&self) -> &BTreeSet<usize> {
+        self.over.as_ref().expect("indexed")
+    }
+
+    /// What team `t`'s steps chosen as victims hold.
+    fn victim_held(&self, t: usize) -> Res {
+        self.victim_held.get(t).copied().unwrap_or_default()
     }
 
     fn grew(&mut self) {
@@ -431,15 +481,19 @@ impl State {
     /// Whether team `t` is above its quota once its victims have stopped.
     /// `grown`: its usage grew (else its victims did).
     fn refresh_over(&mut self, cluster: &Cluster, t: usize, grown: bool) {
-        if self.by_team[t].is_empty() {
+        // Not indexed yet: nothing was reclaimed, nothing remembered about reclaiming.
+        let (Some(by_team), Some(over)) = (&self.by_team, &mut self.over) else {
+            return;
+        };
+        if by_team.of(t).is_empty() {
             return;
         }
-        let held = self.usage[t].saturating_sub(self.victim_held[t]);
+        let held = self.usage[t].saturating_sub(self.victim_held.get(t).copied().unwrap_or_default());
         if held.fits_in(cluster.teams[t].quota) {
-            self.over.remove(&t);
+            over.remove(&t);
         } else {
             // Newly above its quota, or further above: more of its steps may be reclaimed.
-            if self.over.insert(t) || grown {
+            if over.insert(t) || grown {
                 self.grew();
             }
         }
@@ -671,7 +725,7 @@ fn try_start(
             return Some((true, chosen));
         }
         if may_preempt
-            && let Some(chosen) = lower_priority(running, st, job, shape, closed, settings)
+            && let Some(chosen) = lower_priority(cluster, running, st, job, shape, closed, settings)
         {
             return Some((false, chosen));
         }
@@ -694,6 +748,9 @@ fn try_start(
         for v in chosen {
             // Its team still holds it until it has stopped.
             st.victims.insert(v.job.id);
+            if st.victim_held.is_empty() {
+                st.victim_held = vec![Res::ZERO; cluster.teams.len()];
+            }
             st.victim_held[v.job.team] += v.job.demand();
             st.refresh_over(cluster, v.job.team, false);
             out.push(Decision::Preempt {
@@ -792,7 +849,8 @@ fn reclaim<'a>(
     closed: bool,
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
-    if !st.over.iter().any(|&t| t != job.team) {
+    st.index(cluster, running);
+    if !st.over().iter().any(|&t| t != job.team) {
         // No candidates: it reclaims nothing, and needs no victims only if it fits soon.
         return st
             .fits_soon(job, shape, closed, settings)
@@ -820,12 +878,12 @@ fn reclaim<'a>(
     let closed_set = st.closed(closed);
     let free = st.soon(closed);
     // What each team will hold once the victims already chosen this cycle have stopped.
-    let held = |t: usize| st.usage[t].saturating_sub(st.victim_held[t]);
+    let held = |t: usize| st.usage[t].saturating_sub(st.victim_held(t));
     let mut usage: FxMap<usize, Res> = FxMap::default();
     let mut candidates: Vec<usize> = Vec::new();
-    for &t in st.over.iter().filter(|&&t| t != job.team) {
+    for &t in st.over().iter().filter(|&&t| t != job.team) {
         usage.insert(t, held(t));
-        for &i in &st.by_team[t] {
+        for &i in st.teams().of(t) {
             let r = &running[i];
             if !st.victims.contains(&r.job.id) && preemptible(r, settings) {
                 candidates.push(i);
@@ -869,10 +927,10 @@ fn most_room(
     settings: &Settings,
 ) -> Vec<Res> {
     let mut most = st.soon(closed);
-    for &t in &st.over {
+    for &t in st.over() {
         let quota = cluster.teams[t].quota;
-        let mut held = st.usage[t].saturating_sub(st.victim_held[t]);
-        for &i in &st.by_team[t] {
+        let mut held = st.usage[t].saturating_sub(st.victim_held(t));
+        for &i in st.teams().of(t) {
             let r = &running[i];
             if !st.victims.contains(&r.job.id)
                 && preemptible(r, settings)
@@ -890,6 +948,7 @@ fn most_room(
 /// The team's own running steps of lower priority whose stopping lets `job` fit, in the
 /// victim order; None when even all of them would not do.
 fn lower_priority<'a>(
+    cluster: &Cluster,
     running: &'a [Running],
     st: &mut State,
     job: &Job,
@@ -897,7 +956,10 @@ fn lower_priority<'a>(
     closed: bool,
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
-    let candidates: Vec<&Running> = st.by_team[job.team]
+    st.index(cluster, running);
+    let candidates: Vec<&Running> = st
+        .teams()
+        .of(job.team)
         .iter()
         .map(|&i| &running[i])
         .filter(|r| {
@@ -1054,6 +1116,9 @@ fn why_not_words(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> 
     why.push_str(words);
     if team.quota != Res::ZERO {
         let usage = st.usage[job.team];
+        if st.team_words.is_empty() {
+            st.team_words = vec![None; cluster.teams.len()];
+        }
         match &mut st.team_words[job.team] {
             Some((held, words)) if *held == usage => why.push_str(words),
             slot => {

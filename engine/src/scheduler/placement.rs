@@ -2,8 +2,6 @@
 //! filling the fullest nodes first (binpack, which keeps whole nodes free for big gangs) or the
 //! emptiest (spread), in one zone when they fit in one.
 
-use std::collections::BTreeMap;
-
 use super::Job;
 use super::cluster::{Cluster, Res};
 
@@ -54,6 +52,12 @@ impl Allowed {
         let admits: Vec<bool> = (0..cluster.pools.len())
             .map(|p| pool_admits(cluster, p, job))
             .collect();
+        // A node's zone is its pool's.
+        let zone: Vec<Option<&str>> = cluster
+            .pools
+            .iter()
+            .map(|p| p.labels.get("zone").map(String::as_str))
+            .collect();
         let allowed: Vec<usize> = (0..cluster.nodes.len())
             .filter(|&n| admits[cluster.nodes[n].pool])
             .collect();
@@ -69,17 +73,23 @@ impl Allowed {
             }
         }
         tiers.push(allowed.clone());
+        // Zones in order, each pool mapped to its zone's place in that order.
+        let mut names: Vec<Option<&str>> = zone.clone();
+        names.sort_unstable();
+        names.dedup();
+        let zone_at: Vec<usize> = zone
+            .iter()
+            .map(|z| names.binary_search(z).unwrap_or_default())
+            .collect();
         let tiers = tiers
             .into_iter()
             .map(|nodes| {
-                let mut zones: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
+                let mut zones: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
                 for &n in &nodes {
-                    zones.entry(cluster.zone_of(n)).or_default().push(n);
+                    zones[zone_at[cluster.nodes[n].pool]].push(n);
                 }
-                Tier {
-                    zones: zones.into_values().collect(),
-                    nodes,
-                }
+                zones.retain(|z| !z.is_empty());
+                Tier { zones, nodes }
             })
             .collect();
         Allowed {
