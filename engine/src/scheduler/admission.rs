@@ -488,7 +488,8 @@ impl State {
         if by_team.of(t).is_empty() {
             return;
         }
-        let held = self.usage[t].saturating_sub(self.victim_held.get(t).copied().unwrap_or_default());
+        let held =
+            self.usage[t].saturating_sub(self.victim_held.get(t).copied().unwrap_or_default());
         if held.fits_in(cluster.teams[t].quota) {
             over.remove(&t);
         } else {
@@ -504,7 +505,14 @@ impl State {
     }
 
     /// `placement::place` for `job` on `free`, remembering a failure as `q`'s.
-    fn place(&mut self, q: Query, shape: Shape, free: &[Res], job: &Job, settings: &Settings) -> Option<Vec<usize>> {
+    fn place(
+        &mut self,
+        q: Query,
+        shape: Shape,
+        free: &[Res],
+        job: &Job,
+        settings: &Settings,
+    ) -> Option<Vec<usize>> {
         let p = placement::place_on(&self.allowed[shape.2].2, free, job, settings.placement);
         if p.is_none() {
             self.failed.insert((q, shape), self.grow);
@@ -556,7 +564,8 @@ impl State {
             return false;
         }
         let soon = self.soon_room(closed);
-        self.place(Query::Soon(closed), shape, &soon, job, settings).is_some()
+        self.place(Query::Soon(closed), shape, &soon, job, settings)
+            .is_some()
     }
 
     fn closed(&self, closed: bool) -> BTreeSet<usize> {
@@ -770,7 +779,10 @@ fn try_start(
         && !st.known_to_fail(Query::Visible(false), shape)
     {
         let free = st.free.clone();
-        if st.place(Query::Visible(false), shape, &free, job, settings).is_some() {
+        if st
+            .place(Query::Visible(false), shape, &free, job, settings)
+            .is_some()
+        {
             return Tried::Waits(format!(
                 "capacity is reserved for step {id}, which has waited past the starvation limit"
             ));
@@ -818,7 +830,9 @@ fn hold(
     for &n in closed {
         after[n] = Res::ZERO;
     }
-    if let Some(nodes) = placement::place_on(&st.allowed[shape.2].2, &after, job, settings.placement) {
+    if let Some(nodes) =
+        placement::place_on(&st.allowed[shape.2].2, &after, job, settings.placement)
+    {
         for n in nodes {
             let rest = job.per_worker.saturating_sub(room[n]);
             room[n] = room[n].saturating_sub(job.per_worker);
@@ -852,9 +866,7 @@ fn reclaim<'a>(
     st.index(cluster, running);
     if !st.over().iter().any(|&t| t != job.team) {
         // No candidates: it reclaims nothing, and needs no victims only if it fits soon.
-        return st
-            .fits_soon(job, shape, closed, settings)
-            .then(Vec::new);
+        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
     }
     let q = Query::Reclaimable(closed, settings.grace);
     if st.known_to_fail(q, shape) {
@@ -869,7 +881,14 @@ fn reclaim<'a>(
         most.clone()
     } else {
         let closed_set = st.closed(closed);
-        let most = Rc::new(most_room(cluster, running, st, &closed_set, closed, settings));
+        let most = Rc::new(most_room(
+            cluster,
+            running,
+            st,
+            &closed_set,
+            closed,
+            settings,
+        ));
         st.rooms.retain(|k, _| k.1 == key.1 && k.2 == key.2);
         st.rooms.insert(key, most.clone());
         most
@@ -969,9 +988,7 @@ fn lower_priority<'a>(
         })
         .collect();
     if candidates.is_empty() {
-        return st
-            .fits_soon(job, shape, closed, settings)
-            .then(Vec::new);
+        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
     }
     let closed_set = st.closed(closed);
     let free = st.soon(closed);

@@ -18,11 +18,11 @@ pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod placement;
+#[cfg(test)]
+mod reference;
 pub mod simulate;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod reference;
 pub mod workload;
 
 pub use admission::{Decision, Policy, Settings, cycle};

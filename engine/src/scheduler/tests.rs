@@ -1385,7 +1385,12 @@ proptest! {
 
 /// A larger seeded state: zones, flavors, spot pools, teams with quotas and borrow limits,
 /// priorities, running steps of every age, thousands of waiting steps.
-fn big_state(seed: u64, nodes: usize, teams: usize, waiting: usize) -> (Cluster, Vec<Running>, Vec<Job>) {
+fn big_state(
+    seed: u64,
+    nodes: usize,
+    teams: usize,
+    waiting: usize,
+) -> (Cluster, Vec<Running>, Vec<Job>) {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let mut pools = vec![
@@ -1415,11 +1420,22 @@ fn big_state(seed: u64, nodes: usize, teams: usize, waiting: usize) -> (Cluster,
             .map(|i| {
                 let q = [0u64, 4, 8, 16][rng.random_range(0..4)];
                 let b = [None, Some(8), Some(32)][rng.random_range(0..3)];
-                team(&format!("t{i}"), f64::from(rng.random_range(1u32..=5)), q, b)
+                team(
+                    &format!("t{i}"),
+                    f64::from(rng.random_range(1u32..=5)),
+                    q,
+                    b,
+                )
             })
             .collect(),
     };
-    let flavors = [None, Some("a100"), Some("h100"), Some("spot-c"), Some("tpu")];
+    let flavors = [
+        None,
+        Some("a100"),
+        Some("h100"),
+        Some("spot-c"),
+        Some("tpu"),
+    ];
     let make = |id: u64, rng: &mut rand_pcg::Pcg64| {
         let mut j = job(
             id,
@@ -1451,19 +1467,27 @@ fn big_state(seed: u64, nodes: usize, teams: usize, waiting: usize) -> (Cluster,
             })
         })
         .collect();
-    let queue = (0..waiting as u64).map(|i| make(100_000 + i, &mut rng)).collect();
+    let queue = (0..waiting as u64)
+        .map(|i| make(100_000 + i, &mut rng))
+        .collect();
     (c, running, queue)
 }
 
 #[test]
 fn a_large_cycle_decides_exactly_as_the_reference_cycle() {
-    for (seed, nodes, teams, waiting) in [(1, 300, 100, 3000), (2, 200, 100, 2000), (3, 400, 50, 4000)] {
+    for (seed, nodes, teams, waiting) in
+        [(1, 300, 100, 3000), (2, 200, 100, 2000), (3, 400, 50, 4000)]
+    {
         let (c, running, queue) = big_state(seed, nodes, teams, waiting);
         for policy in [Policy::Fair, Policy::Priority, Policy::Fifo] {
             for (variant, starvation) in [(0u8, None), (1, Some(500)), (2, Some(1500)), (3, None)] {
                 let s = Settings {
                     policy,
-                    placement: if variant % 2 == 0 { Placement::Binpack } else { Placement::Spread },
+                    placement: if variant % 2 == 0 {
+                        Placement::Binpack
+                    } else {
+                        Placement::Spread
+                    },
                     backfill: variant != 3,
                     reclaim: true,
                     within_team: variant != 2,
@@ -1473,7 +1497,11 @@ fn a_large_cycle_decides_exactly_as_the_reference_cycle() {
                     unit_ms: 1000,
                 };
                 let d = cycle(&c, &running, &queue, &s);
-                assert_eq!(d, super::reference::cycle_reference(&c, &running, &queue, &s), "seed {seed} {policy:?} variant {variant}");
+                assert_eq!(
+                    d,
+                    super::reference::cycle_reference(&c, &running, &queue, &s),
+                    "seed {seed} {policy:?} variant {variant}"
+                );
             }
         }
     }
