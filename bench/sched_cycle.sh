@@ -9,12 +9,12 @@ cd "$(dirname "$0")/.."
 cargo build --release -q -p sluice-engine --example sched_cycle
 bin="${CARGO_TARGET_DIR:-target}/release/examples/sched_cycle"
 reps="${1:-5}"
-echo "| waiting | admitted | median ms | slowest ms | repetitions |"
-echo "| ---: | ---: | ---: | ---: | ---: |"
+echo "| waiting | admitted | preempted | median ms | slowest ms | repetitions |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
 for n in 1000 10000 100000; do
   r="$reps"
   [ "$n" -lt 100000 ] || r=3
   "$bin" "$n" "$r" | awk '{
     for (i = 1; i <= NF; i++) { split($i, p, "="); v[p[1]] = p[2] }
-    printf "| %d | %d | %.2f | %.2f | %d |\n", v["waiting"], v["admitted"], v["median_ms"], v["max_ms"], v["reps"] }'
+    printf "| %d | %d | %d | %.2f | %.2f | %d |\n", v["waiting"], v["admitted"], v["preempted"], v["median_ms"], v["max_ms"], v["reps"] }'
 done

@@ -3,7 +3,8 @@
 //! `sched_cycle [WAITING]` (default 100,000): 1,250 nodes x 8 GPUs, 1,000 teams with a
 //! 10-GPU quota each, half the GPUs held by running steps, WAITING steps queued (seeded mix of
 //! 1-8 workers of 1-8 GPUs, so most do not fit); times `admission::cycle` and prints the
-//! median and the slowest of the repetitions in milliseconds, with how many were admitted.
+//! median and the slowest of the repetitions in milliseconds, with how many were admitted and
+//! how many running steps were preempted.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -75,6 +76,7 @@ fn main() {
         ..Default::default()
     };
     let mut admitted = 0;
+    let mut preempted = 0;
     let mut times: Vec<f64> = (0..reps)
         .map(|_| {
             let t = Instant::now();
@@ -84,12 +86,16 @@ fn main() {
                 .iter()
                 .filter(|d| matches!(d, Decision::Admit { .. }))
                 .count();
+            preempted = d
+                .iter()
+                .filter(|d| matches!(d, Decision::Preempt { .. }))
+                .count();
             ms
         })
         .collect();
     times.sort_by(f64::total_cmp);
     println!(
-        "waiting={waiting} reps={reps} admitted={admitted} median_ms={:.2} max_ms={:.2}",
+        "waiting={waiting} reps={reps} admitted={admitted} preempted={preempted} median_ms={:.2} max_ms={:.2}",
         times[times.len() / 2],
         times[times.len() - 1]
     );

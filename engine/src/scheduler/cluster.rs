@@ -78,25 +78,29 @@ impl std::ops::AddAssign for Res {
 impl std::fmt::Display for Res {
     /// `8 GPU, 4 CPU, 16Gi`: the dimensions that are not zero.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut parts = Vec::new();
+        // Written straight to `f` (reasons format many of these per cycle).
+        let mut sep = "";
         // `u64::MAX`: a quota that does not name this resource.
         if self.gpu > 0 && self.gpu != u64::MAX {
-            parts.push(format!("{} GPU", self.gpu));
+            write!(f, "{} GPU", self.gpu)?;
+            sep = ", ";
         }
         if self.millicpu > 0 && self.millicpu != u64::MAX {
             if self.millicpu.is_multiple_of(1000) {
-                parts.push(format!("{} CPU", self.millicpu / 1000));
+                write!(f, "{sep}{} CPU", self.millicpu / 1000)?;
             } else {
-                parts.push(format!("{}m CPU", self.millicpu));
+                write!(f, "{sep}{}m CPU", self.millicpu)?;
             }
+            sep = ", ";
         }
         if self.memory > 0 && self.memory != u64::MAX {
-            parts.push(format!("{}Mi", self.memory / (1 << 20)));
+            write!(f, "{sep}{}Mi", self.memory / (1 << 20))?;
+            sep = ", ";
         }
-        if parts.is_empty() {
-            parts.push("nothing".into());
+        if sep.is_empty() {
+            f.write_str("nothing")?;
         }
-        f.write_str(&parts.join(", "))
+        Ok(())
     }
 }
 

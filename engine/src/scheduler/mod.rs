@@ -18,6 +18,8 @@ pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod placement;
+#[cfg(test)]
+mod reference;
 pub mod simulate;
 #[cfg(test)]
 mod tests;

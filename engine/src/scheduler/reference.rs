@@ -1,0 +1,733 @@
+//! The admission cycle as it was before the performance work (`admission.rs` and
+//! `placement.rs` of commit 789570f, unchanged but for names), kept only for tests: the
+//! optimised `cycle` must give exactly the same decisions.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::admission::{Decision, Policy, Settings};
+use super::cluster::{Cluster, Res};
+use super::{Job, Running};
+use placement_reference as placement;
+
+/// Each node's free resources, given what runs.
+fn free_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
+    let mut free: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+    for r in running {
+        for &n in &r.nodes {
+            free[n] = free[n].saturating_sub(r.job.per_worker);
+        }
+    }
+    free
+}
+
+/// What each team holds.
+fn usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
+    let mut usage = vec![Res::ZERO; cluster.teams.len()];
+    for r in running {
+        usage[r.job.team] += r.job.demand();
+    }
+    usage
+}
+
+/// One cycle over the waiting steps. Deterministic: the same input gives the same decisions,
+/// whatever the order of `waiting`.
+pub fn cycle_reference(
+    cluster: &Cluster,
+    running: &[Running],
+    waiting: &[Job],
+    settings: &Settings,
+) -> Vec<Decision> {
+    let mut st = State {
+        free: free_of(cluster, running),
+        usage: usage_of(cluster, running),
+        victims: BTreeSet::new(),
+        pending: vec![Res::ZERO; cluster.nodes.len()],
+        reserved: BTreeSet::new(),
+    };
+    let mut out = Vec::with_capacity(waiting.len());
+    // The oldest starving step that could ever start reserves the nodes it will take: those
+    // it fits on now, or those it will fit on once what runs there has stopped. Nothing new
+    // starts on them but it, and the steps that could preempt it anyway (its team's higher
+    // priorities, teams reclaiming their quota): letting them in keeps the two from evicting
+    // each other in turn.
+    let holder = starving(cluster, waiting, &st.usage, settings);
+    if let Some(h) = holder {
+        st.reserved = reservation_for(cluster, running, &st.free, h, settings);
+    }
+    let total = cluster.total();
+    // Queues: per team for `fair`, one for the others; each in its order.
+    let key = |j: &Job| match settings.policy {
+        Policy::Fifo => (0, j.submitted, j.id),
+        _ => (-j.priority, j.submitted, j.id),
+    };
+    let mut queues: BTreeMap<usize, Vec<&Job>> = BTreeMap::new();
+    for j in waiting {
+        queues.entry(queue_of(j, settings)).or_default().push(j);
+    }
+    for q in queues.values_mut() {
+        q.sort_by_key(|j| key(j));
+        q.reverse(); // popped from the end
+    }
+    let mut blocked: BTreeSet<usize> = BTreeSet::new();
+    let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
+    loop {
+        let next = queues
+            .iter()
+            .filter(|(q, jobs)| !jobs.is_empty() && !blocked.contains(*q))
+            .min_by(|(qa, a), (qb, b)| {
+                let (ja, jb) = (a[a.len() - 1], b[b.len() - 1]);
+                if settings.policy != Policy::Fair {
+                    return key(ja).cmp(&key(jb));
+                }
+                let rank = |t: usize, j: &Job| {
+                    let team = &cluster.teams[t];
+                    // Below its quota, or its next step keeps it within: it goes first, even
+                    // when that step is a gang that takes it past its quota.
+                    let under = below(st.usage[t], team.quota)
+                        || (st.usage[t] + j.demand()).fits_in(team.quota);
+                    let share = st.usage[t].dominant_share(total) / team.weight.max(1e-9);
+                    (!under, share)
+                };
+                let (ra, rb) = (rank(**qa, ja), rank(**qb, jb));
+                ra.0.cmp(&rb.0).then(ra.1.total_cmp(&rb.1)).then(qa.cmp(qb))
+            })
+            .map(|(q, _)| *q);
+        let Some(q) = next else { break };
+        let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
+            break;
+        };
+        let closed = holder
+            .filter(|h| !st.reserved.is_empty() && h.id != job.id)
+            .filter(|h| !may_preempt(cluster, job, h, &st.usage, settings))
+            .map(|h| h.id);
+        let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
+            Tried::Started => {
+                if holder.is_some_and(|h| h.id == job.id) {
+                    // It has its room: what else was reserved is open again.
+                    st.reserved.clear();
+                }
+                continue;
+            }
+            Tried::Preempting(why) => {
+                out.push(Decision::Wait {
+                    job: job.id,
+                    reason: why,
+                });
+                continue;
+            }
+            Tried::Waits(why) if holder.is_some_and(|h| h.id == job.id) => {
+                let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
+                format!(
+                    "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
+                    nodes.join(", ")
+                )
+            }
+            Tried::Waits(why) => why,
+        };
+        out.push(Decision::Wait {
+            job: job.id,
+            reason: why,
+        });
+        if !settings.backfill {
+            blocked.insert(q);
+            heads.insert(q, job.id);
+        }
+    }
+    // Queues stopped behind a step that does not fit: the rest waits for it.
+    for (q, jobs) in queues {
+        for job in jobs.into_iter().rev() {
+            let head = heads.get(&q).copied().unwrap_or_default();
+            out.push(Decision::Wait {
+                job: job.id,
+                reason: format!(
+                    "queued behind step {head}, which does not fit yet (backfill is off)"
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// Whether `usage` is below `quota` in a resource the quota names (one it does not name is
+/// `u64::MAX`).
+fn below(usage: Res, quota: Res) -> bool {
+    let lt = |u: u64, q: u64| q != u64::MAX && u < q;
+    lt(usage.gpu, quota.gpu) || lt(usage.millicpu, quota.millicpu) || lt(usage.memory, quota.memory)
+}
+
+/// What the cycle has given away so far.
+struct State {
+    /// Each node's free resources, less what was admitted or held this cycle.
+    free: Vec<Res>,
+    /// What each team holds, with what was admitted or held this cycle.
+    usage: Vec<Res>,
+    /// Running steps already chosen as victims this cycle.
+    victims: BTreeSet<u64>,
+    /// Per node, room those victims will free that no step of this cycle has taken yet.
+    pending: Vec<Res>,
+    /// Nodes reserved for a starving step: nothing else starts on them.
+    reserved: BTreeSet<usize>,
+}
+
+fn queue_of(j: &Job, settings: &Settings) -> usize {
+    if settings.policy == Policy::Fair {
+        j.team
+    } else {
+        0
+    }
+}
+
+/// Whether `job` could preempt `holder` if that ran: a higher priority of its team (with
+/// `withinTeam: lowerPriority`), or under `fair` with reclaim, a team under its quota while
+/// `holder` would hold borrowed capacity.
+fn may_preempt(
+    cluster: &Cluster,
+    job: &Job,
+    holder: &Job,
+    usage: &[Res],
+    settings: &Settings,
+) -> bool {
+    if job.team == holder.team {
+        return settings.within_team
+            && settings.policy != Policy::Fifo
+            && job.priority > holder.priority;
+    }
+    settings.policy == Policy::Fair
+        && settings.reclaim
+        && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
+        && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+}
+
+/// Whether `job` could start on the empty cluster within its team's ceiling (quota plus
+/// borrow limit, which only `fair` enforces). A step that never could gets no reservation.
+fn could_ever_start(cluster: &Cluster, job: &Job, settings: &Settings) -> bool {
+    let empty: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+    placement::place(cluster, &empty, job, settings.placement).is_some()
+        && (settings.policy != Policy::Fair
+            || cluster.teams[job.team]
+                .ceiling()
+                .is_none_or(|c| job.demand().fits_in(c)))
+}
+
+/// The step owed a reservation: the oldest (then lowest id) of those waiting past the
+/// starvation limit that could ever start and that its team's ceiling lets start now.
+fn starving<'a>(
+    cluster: &Cluster,
+    waiting: &'a [Job],
+    usage: &[Res],
+    settings: &Settings,
+) -> Option<&'a Job> {
+    let limit = settings.starvation_limit?;
+    waiting
+        .iter()
+        .filter(|j| j.submitted.saturating_add(limit) <= settings.now)
+        .filter(|j| {
+            settings.policy != Policy::Fair
+                || cluster.teams[j.team]
+                    .ceiling()
+                    .is_none_or(|c| (usage[j.team] + j.demand()).fits_in(c))
+        })
+        .filter(|j| could_ever_start(cluster, j, settings))
+        .min_by_key(|j| (j.submitted, j.id))
+}
+
+/// The nodes a starving step will take: those it fits on now, else those it will fit on once
+/// what runs on them has stopped, chosen so. Its pools' nodes
+/// are taken in order of when they are likely to free up (empty ones first, then those whose
+/// youngest step started longest ago), then the most free now, then the lowest index, until
+/// the gang fits on them as if they were empty; the nodes that placement uses are reserved.
+/// Nodes so reserved only drain (nothing new starts there), so the step starts at the latest
+/// once the steps running on them when the reservation was made have stopped.
+fn reservation_for(
+    cluster: &Cluster,
+    running: &[Running],
+    free: &[Res],
+    job: &Job,
+    settings: &Settings,
+) -> BTreeSet<usize> {
+    if let Some(nodes) = placement::place(cluster, free, job, settings.placement) {
+        return nodes.into_iter().collect();
+    }
+    let mut youngest: Vec<Option<u64>> = vec![None; cluster.nodes.len()];
+    for r in running {
+        for &n in &r.nodes {
+            youngest[n] = youngest[n].max(Some(r.started));
+        }
+    }
+    let mut order: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&n| placement::pool_admits(cluster, cluster.nodes[n].pool, job))
+        .collect();
+    order.sort_by_key(|&n| (youngest[n], std::cmp::Reverse(free[n]), n));
+    let mut empty = vec![Res::ZERO; cluster.nodes.len()];
+    for &n in &order {
+        empty[n] = cluster.nodes[n].capacity;
+        if let Some(nodes) = placement::place(cluster, &empty, job, settings.placement) {
+            return nodes.into_iter().collect();
+        }
+    }
+    order.into_iter().collect()
+}
+
+/// What `try_start` did.
+enum Tried {
+    Started,
+    /// Steps are being preempted for it (or it holds room they free): it waits, saying so.
+    Preempting(String),
+    /// It waits, for this reason.
+    Waits(String),
+}
+
+/// Admits `job`, or preempts for it, recording the decisions; otherwise says why it
+/// waits. `reserved_for`: the starving step the reserved nodes are kept for (None when `job`
+/// is that step, or nothing is reserved).
+fn try_start(
+    cluster: &Cluster,
+    running: &[Running],
+    job: &Job,
+    reserved_for: Option<u64>,
+    st: &mut State,
+    settings: &Settings,
+    out: &mut Vec<Decision>,
+) -> Tried {
+    let team = &cluster.teams[job.team];
+    let demand = job.demand();
+    if settings.policy == Policy::Fair
+        && let Some(ceiling) = team.ceiling()
+        && !(st.usage[job.team] + demand).fits_in(ceiling)
+    {
+        return Tried::Waits(format!(
+            "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
+            team.name, st.usage[job.team], ceiling, demand
+        ));
+    }
+    let open = BTreeSet::new();
+    let closed: &BTreeSet<usize> = match reserved_for {
+        Some(_) => &st.reserved,
+        None => &open,
+    };
+    // What this step may use: reserved nodes look full.
+    let mut visible = st.free.clone();
+    for &n in closed {
+        visible[n] = Res::ZERO;
+    }
+    if let Some(nodes) = placement::place(cluster, &visible, job, settings.placement) {
+        for &n in &nodes {
+            st.free[n] = st.free[n].saturating_sub(job.per_worker);
+        }
+        st.usage[job.team] += demand;
+        out.push(Decision::Admit { job: job.id, nodes });
+        return Tried::Started;
+    }
+    let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
+    let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
+    let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
+    // What it could use once the victims chosen so far have stopped.
+    let mut soon = visible.clone();
+    for (n, room) in soon.iter_mut().enumerate() {
+        if !closed.contains(&n) {
+            *room += st.pending[n];
+        }
+    }
+    let find = |settings: &Settings, st: &State| {
+        if may_reclaim
+            && let Some(chosen) = reclaim(cluster, running, &soon, closed, st, job, settings)
+        {
+            return Some((true, chosen));
+        }
+        if may_preempt
+            && let Some(chosen) =
+                lower_priority(cluster, running, &soon, closed, &st.victims, job, settings)
+        {
+            return Some((false, chosen));
+        }
+        None
+    };
+    if let Some((reclaimed, chosen)) = find(settings, st) {
+        let closed = closed.clone();
+        hold(cluster, st, &chosen, &closed, job, settings);
+        let n = chosen.len();
+        let what = if n == 0 {
+            "room that preemptions already under way will free is held for it".to_owned()
+        } else if reclaimed {
+            format!("{n} borrowed step(s) of other teams are being preempted to make room")
+        } else {
+            format!(
+                "{n} lower-priority step(s) of team {} are being preempted to make room",
+                team.name
+            )
+        };
+        for v in chosen {
+            // Its team still holds it until it has stopped.
+            st.victims.insert(v.job.id);
+            out.push(Decision::Preempt {
+                victim: v.job.id,
+                job: job.id,
+            });
+        }
+        if reclaimed {
+            // The room is this step's once the victims have stopped: hold it now.
+            st.usage[job.team] += demand;
+            return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
+        }
+        return Tried::Preempting(what);
+    }
+    if let Some(id) = reserved_for
+        && placement::place(cluster, &st.free, job, settings.placement).is_some()
+    {
+        return Tried::Waits(format!(
+            "capacity is reserved for step {id}, which has waited past the starvation limit"
+        ));
+    }
+    if settings.grace > 0 {
+        let patient = Settings {
+            grace: 0,
+            ..settings.clone()
+        };
+        if let Some((reclaimed, _)) = find(&patient, st) {
+            let whose = if reclaimed {
+                format!(
+                    "team {} is under its quota, but the borrowed steps in its way",
+                    team.name
+                )
+            } else {
+                format!("the lower-priority steps of team {} in its way", team.name)
+            };
+            let secs = settings.grace.saturating_mul(settings.unit_ms) as f64 / 1000.0;
+            return Tried::Waits(format!(
+                "{whose} started less than the grace period ({secs}s) ago; preempted after that"
+            ));
+        }
+    }
+    Tried::Waits(why_not(cluster, &st.free, &st.usage, job))
+}
+
+/// Holds for `job` the room its victims (and those chosen earlier this cycle) will free, and
+/// what else its placement needs of the free room now, so that no later step of this cycle
+/// takes it; what the victims free beyond that stays pending for later steps.
+fn hold(
+    cluster: &Cluster,
+    st: &mut State,
+    victims: &[&Running],
+    closed: &BTreeSet<usize>,
+    job: &Job,
+    settings: &Settings,
+) {
+    let mut room = st.pending.clone();
+    for v in victims {
+        release(&mut room, v, closed);
+    }
+    let mut after: Vec<Res> = st.free.iter().zip(&room).map(|(f, r)| *f + *r).collect();
+    for &n in closed {
+        after[n] = Res::ZERO;
+    }
+    if let Some(nodes) = placement::place(cluster, &after, job, settings.placement) {
+        for n in nodes {
+            let rest = job.per_worker.saturating_sub(room[n]);
+            room[n] = room[n].saturating_sub(job.per_worker);
+            st.free[n] = st.free[n].saturating_sub(rest);
+        }
+    }
+    st.pending = room;
+}
+
+/// Whether a running step is old enough to be preempted: it started at least one grace
+/// period ago.
+fn preemptible(r: &Running, settings: &Settings) -> bool {
+    settings.now >= r.started.saturating_add(settings.grace)
+}
+
+/// Running steps of teams above their quota whose stopping lets `job` fit, best victims
+/// first: interruptible and checkpointed, then the least work lost since the last checkpoint,
+/// then the lowest priority, then the youngest. None when even all of them would not do.
+fn reclaim<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    free: &[Res],
+    closed: &BTreeSet<usize>,
+    st: &State,
+    job: &Job,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    // What each team will hold once the victims already chosen this cycle have stopped.
+    let taken = &st.victims;
+    let mut usage = st.usage.clone();
+    for r in running.iter().filter(|r| taken.contains(&r.job.id)) {
+        usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
+    }
+    let mut candidates: Vec<&Running> = running
+        .iter()
+        .filter(|r| r.job.team != job.team && !taken.contains(&r.job.id))
+        .filter(|r| preemptible(r, settings))
+        .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
+        .collect();
+    candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
+    let mut free = free.to_vec();
+    let mut chosen = Vec::new();
+    for r in candidates {
+        // Only what the team borrowed: its quota stays whole (in every resource the quota
+        // names; the others are unlimited, so never "held in full").
+        if !(usage[r.job.team]).fits_in(cluster.teams[r.job.team].quota)
+            && !below(
+                usage[r.job.team].saturating_sub(r.job.demand()),
+                cluster.teams[r.job.team].quota,
+            )
+        {
+            release(&mut free, r, closed);
+            usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
+            chosen.push(r);
+            if placement::place(cluster, &free, job, settings.placement).is_some() {
+                return Some(prune(cluster, free, chosen, closed, job, settings));
+            }
+        }
+    }
+    None
+}
+
+/// The team's own running steps of lower priority whose stopping lets `job` fit, in the
+/// victim order; None when even all of them would not do.
+fn lower_priority<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    free: &[Res],
+    closed: &BTreeSet<usize>,
+    taken: &BTreeSet<u64>,
+    job: &Job,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    let mut candidates: Vec<&Running> = running
+        .iter()
+        .filter(|r| {
+            r.job.team == job.team
+                && r.job.priority < job.priority
+                && !taken.contains(&r.job.id)
+                && preemptible(r, settings)
+        })
+        .collect();
+    candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
+    let mut free = free.to_vec();
+    let mut chosen = Vec::new();
+    for r in candidates {
+        release(&mut free, r, closed);
+        chosen.push(r);
+        if placement::place(cluster, &free, job, settings.placement).is_some() {
+            return Some(prune(cluster, free, chosen, closed, job, settings));
+        }
+    }
+    None
+}
+
+/// Adds what `r` holds to `free`, except on `closed` (reserved) nodes, which stay full.
+fn release(free: &mut [Res], r: &Running, closed: &BTreeSet<usize>) {
+    for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
+        free[n] += r.job.per_worker;
+    }
+}
+
+/// The spec's victim order: interruptible and checkpointed first, then the least work lost
+/// since the last checkpoint, then the lowest priority, then the youngest.
+fn victim_order(r: &Running) -> (bool, u64, i64, std::cmp::Reverse<u64>, u64) {
+    (
+        !(r.job.interruptible && r.job.checkpointed),
+        r.work_at_risk,
+        r.job.priority,
+        std::cmp::Reverse(r.started),
+        r.job.id,
+    )
+}
+
+/// Drops the victims the step does not need after all (the greedy pass may take steps on
+/// nodes the placement ends up not using), the least preferred victims first.
+fn prune<'a>(
+    cluster: &Cluster,
+    mut free: Vec<Res>,
+    mut chosen: Vec<&'a Running>,
+    closed: &BTreeSet<usize>,
+    job: &Job,
+    settings: &Settings,
+) -> Vec<&'a Running> {
+    let mut i = chosen.len();
+    while i > 0 {
+        i -= 1;
+        let r = chosen[i];
+        for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
+            free[n] = free[n].saturating_sub(r.job.per_worker);
+        }
+        if placement::place(cluster, &free, job, settings.placement).is_some() {
+            chosen.remove(i);
+        } else {
+            release(&mut free, r, closed);
+        }
+    }
+    chosen
+}
+
+/// Why a step that did not fit waits, in words.
+fn why_not(cluster: &Cluster, free: &[Res], usage: &[Res], job: &Job) -> String {
+    let team = &cluster.teams[job.team];
+    let pools: Vec<usize> = (0..cluster.pools.len())
+        .filter(|&p| placement::pool_admits(cluster, p, job))
+        .collect();
+    let fits_empty = cluster
+        .nodes
+        .iter()
+        .filter(|n| pools.contains(&n.pool))
+        .any(|n| job.per_worker.fits_in(n.capacity));
+    if !fits_empty {
+        return format!(
+            "no node of a pool it may use ({}) can hold one worker ({})",
+            pools
+                .iter()
+                .map(|&p| cluster.pools[p].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            job.per_worker
+        );
+    }
+    let room: u64 = cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| pools.contains(&n.pool))
+        .map(|(i, _)| workers_that_fit(job.per_worker, free[i]))
+        .sum();
+    let gang = if job.workers > 1 {
+        format!("gang of {} x ({})", job.workers, job.per_worker)
+    } else {
+        format!("{}", job.per_worker)
+    };
+    let quota = if team.quota == Res::ZERO {
+        String::new()
+    } else {
+        format!(
+            "; team {} holds {} of its quota {}",
+            team.name, usage[job.team], team.quota
+        )
+    };
+    format!(
+        "waiting: needs {gang}; free room for {room} of {} worker(s) now{quota}",
+        job.workers
+    )
+}
+
+fn workers_that_fit(per: Res, free: Res) -> u64 {
+    let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
+    div(free.gpu, per.gpu)
+        .min(div(free.millicpu, per.millicpu))
+        .min(div(free.memory, per.memory))
+        .min(1024)
+}
+
+mod placement_reference {
+    use super::super::Job;
+    use super::super::cluster::{Cluster, Res};
+    use super::super::placement::Placement;
+
+    /// Whether a pool may take the job: its flavor, and interruptible pools only for
+    /// interruptible jobs.
+    pub fn pool_admits(cluster: &Cluster, pool: usize, job: &Job) -> bool {
+        let p = &cluster.pools[pool];
+        if p.interruptible && !job.interruptible {
+            return false;
+        }
+        job.flavor
+            .as_ref()
+            .is_none_or(|f| p.name == *f || p.labels.values().any(|v| v == f))
+    }
+
+    /// A node for each worker of `job`, given each node's free resources; None when the whole
+    /// gang does not fit. Interruptible jobs try interruptible pools first.
+    pub fn place(cluster: &Cluster, free: &[Res], job: &Job, how: Placement) -> Option<Vec<usize>> {
+        let allowed: Vec<usize> = (0..cluster.nodes.len())
+            .filter(|&n| pool_admits(cluster, cluster.nodes[n].pool, job))
+            .collect();
+        let mut tiers: Vec<Vec<usize>> = Vec::new();
+        if job.interruptible {
+            let spot: Vec<usize> = allowed
+                .iter()
+                .copied()
+                .filter(|&n| cluster.pools[cluster.nodes[n].pool].interruptible)
+                .collect();
+            if !spot.is_empty() && spot.len() < allowed.len() {
+                tiers.push(spot);
+            }
+        }
+        tiers.push(allowed);
+        for nodes in tiers {
+            // One zone when the gang fits in one: the zone whose placement uses fewest nodes.
+            let mut zones: Vec<Option<&str>> = nodes.iter().map(|&n| cluster.zone_of(n)).collect();
+            zones.sort_unstable();
+            zones.dedup();
+            let mut best: Option<Vec<usize>> = None;
+            for zone in &zones {
+                let in_zone: Vec<usize> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&n| cluster.zone_of(n) == *zone)
+                    .collect();
+                if let Some(p) = fill(&in_zone, free, job, how) {
+                    let used = distinct(&p);
+                    if best.as_ref().is_none_or(|b| used < distinct(b)) {
+                        best = Some(p);
+                    }
+                }
+            }
+            if best.is_none() && zones.len() > 1 {
+                best = fill(&nodes, free, job, how);
+            }
+            if best.is_some() {
+                return best;
+            }
+        }
+        None
+    }
+
+    fn distinct(nodes: &[usize]) -> usize {
+        let mut v = nodes.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    }
+
+    /// Greedy: nodes in order of free resources (fullest first for binpack), as many workers on
+    /// each as fit.
+    fn fill(nodes: &[usize], free: &[Res], job: &Job, how: Placement) -> Option<Vec<usize>> {
+        let need = job.workers as usize;
+        let mut order: Vec<usize> = nodes
+            .iter()
+            .copied()
+            .filter(|&n| job.per_worker.fits_in(free[n]))
+            .collect();
+        match how {
+            Placement::Binpack => order.sort_by_key(|&n| (free[n], n)),
+            Placement::Spread => order.sort_by_key(|&n| (std::cmp::Reverse(free[n]), n)),
+        }
+        let mut out = Vec::with_capacity(need);
+        for n in order {
+            let mut left = free[n];
+            while out.len() < need && job.per_worker.fits_in(left) {
+                out.push(n);
+                left = left.saturating_sub(job.per_worker);
+                if job.per_worker == Res::ZERO {
+                    break;
+                }
+            }
+            if out.len() == need {
+                return Some(out);
+            }
+        }
+        // Workers asking for nothing fit anywhere.
+        if job.per_worker == Res::ZERO
+            && let Some(&n) = nodes.first()
+        {
+            return Some(vec![n; need]);
+        }
+        None
+    }
+}
