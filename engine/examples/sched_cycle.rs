@@ -14,6 +14,11 @@ use sluice_engine::scheduler::{Cluster, Decision, Job, Node, Pool, Res, Running,
 
 const GI: u64 = 1 << 30;
 
+/// The allocator the `sluice` binary uses (engine/src/main.rs), so that the cycle is timed as
+/// the engine runs it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let waiting: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);

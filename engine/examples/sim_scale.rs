@@ -16,6 +16,11 @@ use sluice_engine::scheduler::{Cluster, Node, Policy, Pool, Res, Settings, Team}
 
 const GI: u64 = 1 << 30;
 
+/// The allocator the `sluice` binary uses (engine/src/main.rs), so that the cycle is timed as
+/// the engine runs it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let jobs: u64 = args
