@@ -59,6 +59,14 @@ fn note(what: &str, rest: &str) -> String {
     )
 }
 
+/// Step `name` of a status document (null when absent).
+fn step_in<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == name))
+        .unwrap_or(&serde_json::Value::Null)
+}
+
 #[test]
 fn a_gang_waits_whole_and_its_workers_get_their_nodes_gpus() {
     let sb = Sandbox::new("sched-gang");
@@ -89,12 +97,9 @@ spec:
     });
     let mut reason = String::new();
     wait_for("the gang's waiting reason", || {
-        let run = sb.last_run();
-        let status = sb.status(&run);
-        reason = status["steps"]
-            .as_array()
-            .and_then(|s| s.iter().find(|s| s["name"] == "train"))
-            .and_then(|s| s["reason"].as_str())
+        let status = sb.status(&sb.last_run());
+        reason = step_in(&status, "train")["reason"]
+            .as_str()
             .unwrap_or_default()
             .to_owned();
         reason.starts_with("waiting")
@@ -106,10 +111,7 @@ spec:
     assert!(engine.wait().expect("engine ends").success());
     // Status shows where each worker ran: one whole node each.
     let status = sb.status(&sb.last_run());
-    let train = status["steps"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["name"] == "train"))
-        .expect("train in status");
+    let train = step_in(&status, "train");
     let mut nodes: Vec<u64> = train["attempts"][0]["nodes"]
         .as_array()
         .expect("nodes of the gang's attempt")

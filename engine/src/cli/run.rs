@@ -171,11 +171,10 @@ pub async fn start(
             let cshown = file.display().to_string();
             let ctext = std::fs::read_to_string(file)
                 .map_err(|e| Error::Usage(format!("cannot read {cshown}: {e}")))?;
-            let spec = match run::cluster::read(&cshown, &ctext) {
-                Ok(spec) => spec,
+            let (cloaded, spec) = match spec::cluster::load(&cshown, ctext.clone()) {
+                Ok(both) => both,
                 Err(diags) => return Ok(usage_with(diags)),
             };
-            let cloaded = spec::load(&cshown, ctext.clone());
             let mut cd = spec::Diagnostics::new(cshown.clone());
             if let Some(cap) = spec::capacity::read(&cloaded, &mut cd) {
                 let mut pd = spec::Diagnostics::new(shown.clone());
@@ -193,8 +192,8 @@ pub async fn start(
         }
     };
     let store = Store::open(home).await?;
-    let from_cluster = match (&args.objects, &args.cluster) {
-        (None, Some(file)) => cluster_objects(file)?,
+    let from_cluster = match (&args.objects, &cluster) {
+        (None, Some((_, _, _, cloaded))) => cluster_objects(cloaded),
         _ => None,
     };
     let objects = match args.objects.as_ref().or(from_cluster.as_ref()) {
@@ -305,23 +304,14 @@ fn max_queued_pos(loaded: &spec::Loaded, team: &str) -> Option<spec::Pos> {
         .or(Some(entry.pos))
 }
 
-/// The `spec.objects` URL of the Cluster document in `file`, if it sets one.
-fn cluster_objects(file: &Path) -> Result<Option<String>, Error> {
-    let shown = file.display().to_string();
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Error::Usage(format!("cannot read {shown}: {e}")))?;
-    let loaded = spec::load(&shown, text);
-    let Some(cluster) = spec::capacity::cluster_document(&loaded) else {
-        return Err(Error::Usage(format!(
-            "{shown} holds no kind: Cluster document"
-        )));
-    };
-    Ok(cluster
+/// The `spec.objects` URL of a loaded Cluster file, if it sets one.
+fn cluster_objects(loaded: &spec::Loaded) -> Option<String> {
+    spec::capacity::cluster_document(loaded)?
         .spec
-        .as_ref()
-        .and_then(|s| s.get("objects"))
-        .and_then(|o| o.as_scalar())
-        .map(|o| o.text.clone()))
+        .as_ref()?
+        .get("objects")?
+        .as_scalar()
+        .map(|o| o.text.clone())
 }
 
 /// Starts `sluice resume RUN` in the background, in its own process group.

@@ -41,15 +41,12 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
     let shown = args.cluster.display().to_string();
     let text = std::fs::read_to_string(&args.cluster)
         .map_err(|e| Error::Usage(format!("cannot read {shown}: {e}")))?;
-    let loaded = spec::load(&shown, text);
-    let mut diags = spec::Diagnostics::new(shown.clone());
-    let cluster = spec::cluster::read(&loaded, &mut diags);
-    let mut all = loaded.diagnostics.into_sorted();
-    all.extend(diags.into_sorted());
-    all.retain(|d| d.severity == spec::Severity::Error);
-    let Some(cluster) = cluster.filter(|_| all.is_empty()) else {
-        output::diagnostics(&all);
-        return Ok(Outcome::Invalid);
+    let cluster = match spec::cluster::load(&shown, text) {
+        Ok((_, cluster)) => cluster,
+        Err(all) => {
+            output::diagnostics(&all);
+            return Ok(Outcome::Invalid);
+        }
     };
     let mut config = Config::from_spec(&cluster);
     let wl = args.workload.display().to_string();

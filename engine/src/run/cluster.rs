@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::scheduler::config::Config;
 use crate::scheduler::{self, Decision, Job, Res, Running};
-use crate::spec::Diagnostic;
 use crate::spec::model::{ClusterSpec, Step};
 use crate::store::Claim;
 
@@ -229,6 +228,14 @@ impl Scheduling {
             .map(|per_minute| ((60_000.0 / per_minute.max(1) as f64).round() as i64).max(1))
     }
 
+    /// Why a trial of `team` waits for its rate limit.
+    pub fn rate_reason(&self, team: &str) -> String {
+        format!(
+            "waiting: team {team} at its trial rate limit ({} per minute)",
+            self.trial_rate(team).unwrap_or(0)
+        )
+    }
+
     /// The team's `maxTrialsPerMinute`, if it has one.
     pub fn trial_rate(&self, team: &str) -> Option<u64> {
         self.spec
@@ -236,20 +243,6 @@ impl Scheduling {
             .iter()
             .find(|t| t.name == team)
             .and_then(|t| t.max_trials_per_minute)
-    }
-}
-
-/// The Cluster of a `--cluster` file (`shown` for messages), or every error in it.
-pub fn read(shown: &str, text: &str) -> Result<ClusterSpec, Vec<Diagnostic>> {
-    let loaded = crate::spec::load(shown, text.to_owned());
-    let mut diags = crate::spec::Diagnostics::new(shown.to_owned());
-    let cluster = crate::spec::cluster::read(&loaded, &mut diags);
-    let mut all = loaded.diagnostics.into_sorted();
-    all.extend(diags.into_sorted());
-    all.retain(|d| d.severity == crate::spec::Severity::Error);
-    match cluster {
-        Some(c) if all.is_empty() => Ok(c),
-        _ => Err(all),
     }
 }
 
@@ -264,13 +257,15 @@ pub fn of_run(stored: &str) -> Result<ClusterSpec, String> {
         serde_json::from_str(stored).map_err(|e| format!("the run's stored Cluster file: {e}"))?;
     let file = v["file"].as_str().unwrap_or("cluster.yaml");
     let source = v["source"].as_str().unwrap_or("");
-    read(file, source).map_err(|diags| {
-        diags
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    })
+    crate::spec::cluster::load(file, source.to_owned())
+        .map(|(_, spec)| spec)
+        .map_err(|diags| {
+            diags
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
 }
 
 fn job(config: &mut Config, id: u64, ask: &Ask, submitted: u64) -> Job {
@@ -304,7 +299,9 @@ spec:
 ";
 
     fn lab() -> Scheduling {
-        Scheduling::new(read("lab.yaml", LAB).expect("the lab cluster is valid"))
+        let (_, spec) =
+            crate::spec::cluster::load("lab.yaml", LAB.into()).expect("the lab cluster is valid");
+        Scheduling::new(spec)
     }
 
     fn ask(gpu: u64, workers: u32) -> Ask {

@@ -1044,15 +1044,7 @@ impl Driver {
                 return Ok(());
             }
             for idx in batch {
-                let on_exit = self.is_on_exit(&self.rows[idx]);
-                if (self.cancelling || self.failed_fast) && !on_exit {
-                    let why = if self.cancelling {
-                        "the run was cancelled"
-                    } else {
-                        "not started: a step failed (failFast)"
-                    };
-                    self.set_state(idx, st::CANCELLED, Some(why.into()));
-                    self.commit_row(idx, watcher).await?;
+                if self.cancel_unstarted(idx, watcher).await? {
                     continue;
                 }
                 if !self.start(idx, watcher).await? {
@@ -1096,15 +1088,7 @@ impl Driver {
             .collect();
         let mut candidates = Vec::with_capacity(ready.len());
         for idx in ready {
-            let on_exit = self.is_on_exit(&self.rows[idx]);
-            if (self.cancelling || self.failed_fast) && !on_exit {
-                let why = if self.cancelling {
-                    "the run was cancelled"
-                } else {
-                    "not started: a step failed (failFast)"
-                };
-                self.set_state(idx, st::CANCELLED, Some(why.into()));
-                self.commit_row(idx, watcher).await?;
+            if self.cancel_unstarted(idx, watcher).await? {
                 continue;
             }
             let ask = scheduling.ask(&self.run.team, self.step_of(&self.rows[idx]));
@@ -1137,17 +1121,8 @@ impl Driver {
             mine.push((self.rows[idx].name.clone(), json));
             asks.insert(self.rows[idx].name.clone(), (ask, mine.len() - 1));
         }
-        let Pending {
-            steps,
-            attempts,
-            events,
-        } = std::mem::take(&mut self.pending);
-        let before = Change {
-            steps: steps.iter().collect(),
-            attempts: attempts.iter().collect(),
-            events,
-            ..Change::default()
-        };
+        let mut pending = std::mem::take(&mut self.pending);
+        let before = pending.change();
         let (held, waiting) = self.store.claims(&self.run.id, before, &mine, now).await?;
         let verdict = scheduling.cycle(&self.run.id, &held, &waiting, now);
         for (dir, run, step, for_step) in &verdict.preempt {
@@ -1196,11 +1171,7 @@ impl Driver {
                 && until > now_ms()
             {
                 // Known not due yet: no launch is prepared only to be put back.
-                let reason = format!(
-                    "waiting: team {} at its trial rate limit ({} per minute)",
-                    ask.team,
-                    scheduling.trial_rate(&ask.team).unwrap_or(0)
-                );
+                let reason = scheduling.rate_reason(&ask.team);
                 self.show_wait(&name, reason, watcher);
                 continue;
             }
@@ -1210,17 +1181,8 @@ impl Driver {
             let mut ready = *ready;
             ready.attempt.job = Some(serde_json::to_string(ask).unwrap_or_default());
             ready.attempt.nodes = Some(serde_json::to_string(&nodes).unwrap_or_default());
-            let Pending {
-                steps,
-                attempts,
-                events,
-            } = std::mem::take(&mut self.pending);
-            let before = Change {
-                steps: steps.iter().collect(),
-                attempts: attempts.iter().collect(),
-                events,
-                ..Change::default()
-            };
+            let mut pending = std::mem::take(&mut self.pending);
+            let before = pending.change();
             let placed = self
                 .store
                 .start_placed(
@@ -1246,11 +1208,7 @@ impl Driver {
                 Placed::RateLimited { until } => {
                     let _ = std::fs::remove_dir_all(&ready.dir);
                     self.rate_wake = Some(until);
-                    let reason = format!(
-                        "waiting: team {} at its trial rate limit ({} per minute)",
-                        ask.team,
-                        scheduling.trial_rate(&ask.team).unwrap_or(0)
-                    );
+                    let reason = scheduling.rate_reason(&ask.team);
                     self.show_wait(&name, reason, watcher);
                     continue;
                 }
@@ -1259,6 +1217,26 @@ impl Driver {
             self.launch_started(idx, ready, assigned, watcher).await?;
         }
         Ok(())
+    }
+
+    /// A queued row of a run being cancelled, or stopped by failFast, ends `Cancelled` rather
+    /// than starting (`onExit` steps still start). True when it did.
+    async fn cancel_unstarted(
+        &mut self,
+        idx: usize,
+        watcher: &mut dyn Watcher,
+    ) -> Result<bool, Error> {
+        if !(self.cancelling || self.failed_fast) || self.is_on_exit(&self.rows[idx]) {
+            return Ok(false);
+        }
+        let why = if self.cancelling {
+            "the run was cancelled"
+        } else {
+            "not started: a step failed (failFast)"
+        };
+        self.set_state(idx, st::CANCELLED, Some(why.into()));
+        self.commit_row(idx, watcher).await?;
+        Ok(true)
     }
 
     /// A queued row's reason for waiting, committed with what comes next and shown when it
@@ -1288,17 +1266,8 @@ impl Driver {
             gpus,
         } = *ready;
         // Commit first: the attempt and its share of the pool exist before its runtime does.
-        let Pending {
-            steps,
-            attempts,
-            events,
-        } = std::mem::take(&mut self.pending);
-        let before = Change {
-            steps: steps.iter().collect(),
-            attempts: attempts.iter().collect(),
-            events,
-            ..Change::default()
-        };
+        let mut pending = std::mem::take(&mut self.pending);
+        let before = pending.change();
         let Some(assigned) = self
             .store
             .start_attempt(&self.run.id, &row, &attempt, &self.capacity, gpus, before)
@@ -1899,6 +1868,19 @@ struct Pending {
     steps: Vec<StepRow>,
     attempts: Vec<AttemptRow>,
     events: Vec<Event>,
+}
+
+impl Pending {
+    /// What is pending, as a change to commit first in another transaction (the events are
+    /// moved into it).
+    fn change(&mut self) -> Change<'_> {
+        Change {
+            steps: self.steps.iter().collect(),
+            attempts: self.attempts.iter().collect(),
+            events: std::mem::take(&mut self.events),
+            ..Change::default()
+        }
+    }
 }
 
 /// A stopped trial's reason: what it was asked to stop for.

@@ -67,6 +67,16 @@ fn admitted(d: &[Decision]) -> BTreeMap<u64, Vec<usize>> {
         .collect()
 }
 
+/// The steps preempted to make room for step `id`.
+fn victims_for(d: &[Decision], id: u64) -> Vec<u64> {
+    d.iter()
+        .filter_map(|x| match x {
+            Decision::Preempt { victim, job } if *job == id => Some(*victim),
+            _ => None,
+        })
+        .collect()
+}
+
 fn reason(d: &[Decision], id: u64) -> String {
     d.iter()
         .find_map(|x| match x {
@@ -164,13 +174,7 @@ fn a_borrower_with_a_quota_of_its_own_gives_back_only_what_it_borrowed() {
         ..Settings::default()
     };
     let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &later);
-    let victims: Vec<u64> = d
-        .iter()
-        .filter_map(|x| match x {
-            Decision::Preempt { victim, job: 1 } => Some(*victim),
-            _ => None,
-        })
-        .collect();
+    let victims = victims_for(&d, 1);
     assert_eq!(victims.len(), 1, "{d:?}");
     // With only its quota's worth running, nlp keeps it.
     let d = cycle(&c, &running[..1], &[job(1, 0, 2, 4)], &later);
@@ -204,13 +208,7 @@ fn a_team_under_quota_reclaims_what_another_borrowed() {
         ..Settings::default()
     };
     let d = cycle(&c, &running, &[job(1, 0, 1, 4)], &later);
-    let victims: Vec<u64> = d
-        .iter()
-        .filter_map(|x| match x {
-            Decision::Preempt { victim, job: 1 } => Some(*victim),
-            _ => None,
-        })
-        .collect();
+    let victims = victims_for(&d, 1);
     // Two steps sharing one node are enough, and no more are taken.
     assert_eq!(victims.len(), 2, "{d:?}");
     let nodes: BTreeSet<usize> = running

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::Loaded;
 use super::decode::Cx;
-use super::diagnostic::Diagnostics;
+use super::diagnostic::{Diagnostic, Diagnostics};
 use super::model::{
     ClusterPool, ClusterSpec, ClusterTeam, PriorityClass, Quantities, SchedulingSpec,
 };
@@ -26,6 +26,21 @@ const SPEC_FIELDS: &[&str] = &[
     "runtime",
     "scheduling",
 ];
+
+/// A Cluster file's text (`shown` for messages), loaded, and its scheduling part; or every
+/// error in it, sorted.
+pub fn load(shown: &str, text: String) -> Result<(Loaded, ClusterSpec), Vec<Diagnostic>> {
+    let loaded = super::load(shown, text);
+    let mut diags = Diagnostics::new(shown.to_owned());
+    let cluster = read(&loaded, &mut diags);
+    let mut all = loaded.diagnostics.clone().into_sorted();
+    all.extend(diags.into_sorted());
+    all.retain(|d| d.severity == super::Severity::Error);
+    match cluster {
+        Some(c) if all.is_empty() => Ok((loaded, c)),
+        _ => Err(all),
+    }
+}
 
 /// Reads the first Cluster document of a loaded file; None when it has none or it is wrong
 /// (every problem reported).

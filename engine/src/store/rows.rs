@@ -249,6 +249,26 @@ pub(super) async fn insert_events(
     Ok(())
 }
 
+/// A started attempt's step row (now `Running`) and its `attempt-started` event.
+pub(super) async fn started(
+    tx: &mut Tx<'_>,
+    run: &str,
+    step: &StepRow,
+    number: i64,
+) -> Result<(), Error> {
+    update_step(tx, run, step).await?;
+    insert_events(
+        tx,
+        run,
+        &[Event {
+            step: Some(step.name.clone()),
+            kind: "attempt-started".into(),
+            detail: Some(number.to_string()),
+        }],
+    )
+    .await
+}
+
 /// Writes `change` inside a transaction.
 pub(super) async fn apply(tx: &mut Tx<'_>, run: &str, change: &Change<'_>) -> Result<(), Error> {
     for s in &change.new_steps {
@@ -507,17 +527,7 @@ impl Store {
             tx.commit().await?;
             return Ok(None);
         }
-        update_step(&mut tx, run, step).await?;
-        insert_events(
-            &mut tx,
-            run,
-            &[Event {
-                step: Some(step.name.clone()),
-                kind: "attempt-started".into(),
-                detail: Some(attempt.number.to_string()),
-            }],
-        )
-        .await?;
+        started(&mut tx, run, step, attempt.number).await?;
         tx.commit().await?;
         Ok(Some(assigned))
     }

@@ -9,8 +9,8 @@
 
 use sqlx::Row;
 
-use super::rows::{Change, StepRow, Tx, apply, insert_events, update_step};
-use super::{AttemptRow, Error, Event, Store};
+use super::rows::{Change, StepRow, Tx, apply, started};
+use super::{AttemptRow, Error, Store};
 
 /// A waiting or running step of some run, as cluster mode keeps it.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,17 +180,7 @@ impl Store {
             .bind(&attempt.step)
             .execute(&mut *tx)
             .await?;
-        update_step(&mut tx, run, step).await?;
-        insert_events(
-            &mut tx,
-            run,
-            &[Event {
-                step: Some(step.name.clone()),
-                kind: "attempt-started".into(),
-                detail: Some(attempt.number.to_string()),
-            }],
-        )
-        .await?;
+        started(&mut tx, run, step, attempt.number).await?;
         tx.commit().await?;
         Ok(Placed::Started(gpus))
     }
