@@ -122,14 +122,15 @@ impl S3 {
         s3
     }
 
-    /// The environment that points sluice (and object_store) at this server.
+    /// The environment that points sluice (and object_store) at this server, as a user would
+    /// write it for a local S3 server: an `http://` endpoint, and no `AWS_ALLOW_HTTP` (sluice
+    /// takes the endpoint's scheme at its word).
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             (
                 "AWS_ENDPOINT_URL",
                 format!("http://127.0.0.1:{}", self.port),
             ),
-            ("AWS_ALLOW_HTTP", "true".into()),
             ("AWS_ACCESS_KEY_ID", "test".into()),
             ("AWS_SECRET_ACCESS_KEY", "test".into()),
             ("AWS_REGION", "us-east-1".into()),

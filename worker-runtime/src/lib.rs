@@ -6,6 +6,7 @@
 //! which is how attempts outlive an engine that dies.
 
 pub mod checkpoint;
+pub mod cli;
 pub mod contract;
 pub mod exec;
 mod files;

@@ -56,7 +56,7 @@ impl Objects {
     ///
     /// S3 is configured as the AWS tools are, from the environment: `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, and for S3-compatible servers
-    /// `AWS_ENDPOINT_URL` (with `AWS_ALLOW_HTTP=true` for plain http). Requests that fail for
+    /// `AWS_ENDPOINT_URL` (an `http://` endpoint is plain http, as written). Requests that fail for
     /// a transient reason (a server error, a refused connection) are retried with exponential
     /// backoff for up to 30 s before an operation fails; callers that must not lose data
     /// (checkpoint syncs) retry again on top.
@@ -85,6 +85,19 @@ impl Objects {
             if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
             {
                 builder = builder.with_region("us-east-1");
+            }
+            // An endpoint the user wrote as http:// (MinIO, moto, a local gateway) is plain
+            // http by their own choice: say so to the client, which otherwise refuses it with
+            // "builder error". `AWS_ALLOW_HTTP=false` still refuses it.
+            let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+                .iter()
+                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+            if let Some(endpoint) = endpoint {
+                let http = endpoint.to_ascii_lowercase().starts_with("http://");
+                builder = builder.with_endpoint(&endpoint);
+                if http && std::env::var("AWS_ALLOW_HTTP").is_err() {
+                    builder = builder.with_allow_http(true);
+                }
             }
             let s3 = builder.build().map_err(|e| bad(&e.to_string()))?;
             let prefix = prefix.trim_matches('/');

@@ -328,20 +328,72 @@ pub fn prepare(dir: &Path, launch: &Launch) -> std::io::Result<()> {
     std::fs::write(dir.join(contract::LAUNCH_FILE), text)
 }
 
-/// The `sluice-runtime` binary: beside this one, else `$SLUICE_RUNTIME`, else on `PATH`.
-pub fn runtime_binary() -> PathBuf {
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(dir) = exe.parent()
-    {
+/// How the engine starts the runtime: a program, and the words before the runtime's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeCommand {
+    pub program: PathBuf,
+    /// `["runtime"]` when the program is `sluice` itself.
+    pub prefix: Vec<&'static str>,
+}
+
+impl std::fmt::Display for RuntimeCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.program.display())?;
+        for word in &self.prefix {
+            write!(f, " {word}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The runtime, as the contract finds it: a `sluice-runtime` beside this program, else
+/// `$SLUICE_RUNTIME`, else `sluice-runtime` on `PATH`; else the runtime built into this very
+/// binary (`sluice runtime ...`), so that copying `sluice` alone is enough. A `$SLUICE_RUNTIME`
+/// that names no file is an error, found before anything starts.
+pub fn runtime_command() -> Result<RuntimeCommand, String> {
+    let exe = std::env::current_exe().ok();
+    if let Some(dir) = exe.as_deref().and_then(Path::parent) {
         let beside = dir.join("sluice-runtime");
         if beside.is_file() {
-            return beside;
+            return Ok(RuntimeCommand {
+                program: beside,
+                prefix: Vec::new(),
+            });
         }
     }
-    if let Some(p) = std::env::var_os("SLUICE_RUNTIME") {
-        return PathBuf::from(p);
+    if let Some(p) = std::env::var_os("SLUICE_RUNTIME").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(&p);
+        if path.is_file() {
+            return Ok(RuntimeCommand {
+                program: path,
+                prefix: Vec::new(),
+            });
+        }
+        return Err(format!(
+            "SLUICE_RUNTIME={} names no runtime binary; unset it to use the runtime built into sluice",
+            path.display()
+        ));
     }
-    PathBuf::from("sluice-runtime")
+    if let Some(path) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("sluice-runtime"))
+            .find(|p| p.is_file())
+    }) {
+        return Ok(RuntimeCommand {
+            program: path,
+            prefix: Vec::new(),
+        });
+    }
+    match exe {
+        Some(program) => Ok(RuntimeCommand {
+            program,
+            prefix: vec!["runtime"],
+        }),
+        None => Err(
+            "cannot find sluice-runtime (beside sluice, $SLUICE_RUNTIME or PATH), nor this program's own path"
+                .into(),
+        ),
+    }
 }
 
 #[cfg(test)]

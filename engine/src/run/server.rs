@@ -47,8 +47,10 @@ impl Server {
             .create(true)
             .append(true)
             .open(run_dir.join("runtime.err"))?;
-        let mut cmd = tokio::process::Command::new(super::launch::runtime_binary());
-        cmd.arg("serve")
+        let runtime = super::launch::runtime_command().map_err(std::io::Error::other)?;
+        let mut cmd = tokio::process::Command::new(&runtime.program);
+        cmd.args(&runtime.prefix)
+            .arg("serve")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err))

@@ -1,0 +1,51 @@
+//! The runtime's command line, shared by the `sluice-runtime` binary and `sluice runtime`.
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: sluice-runtime exec ATTEMPT_DIR
+       sluice-runtime serve
+
+exec:  runs one attempt of a step, as the sluice engine prepared it in ATTEMPT_DIR
+       (launch.json), and records its end in ATTEMPT_DIR/result.json.
+serve: runs the attempts named on standard input (one `exec NUMBER STEP DIR` line each,
+       tab-separated), each as `exec` would, answering `ended NUMBER STEP` on standard
+       output; used by the local engine to start one runtime per run, not per attempt.";
+
+/// Runs the runtime with `args` (without the program's name): `exec DIR`, `serve`,
+/// `--version`, `--help`. The `sluice` binary calls this too, so that one binary is enough on a
+/// machine (`sluice runtime serve`, or `sluice` installed under the name `sluice-runtime`).
+pub fn main(args: &[String]) -> ExitCode {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["exec", dir] => match crate::exec::exec(std::path::Path::new(dir)) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sluice-runtime: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        ["serve"] => match crate::serve::serve() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sluice-runtime: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        ["--version" | "-V"] => {
+            println!("sluice-runtime {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        ["--help" | "-h"] => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
