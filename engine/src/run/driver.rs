@@ -20,20 +20,23 @@ pub use sweeping::{Best, Report, TrialReport, report};
 use super::server::{Note, Server};
 use tokio::sync::mpsc;
 
+use super::engine::{self, LEASE_MS};
 use super::launch::{self, Scope, Stop};
+use super::probe::{Probe, kill_programs, probe, read_result};
 use super::state::{attempt as at, run as rs, step as st};
 use crate::spec::model::{Document, ForEach, ParamType, ParamValue, Pipeline, RetryOn, Step};
 use crate::store::{self, AttemptRow, Capacity, Change, Event, Placed, RunRow, StepRow, Store};
 use crate::time::{now_ms, now_rfc3339};
 
-/// How long a lease lasts without renewal; renewed every third of it.
-const LEASE_MS: i64 = 15_000;
 /// How often attempts this engine did not start (reattached) are checked for their end.
 const REATTACHED_POLL: Duration = Duration::from_millis(200);
 /// How often the store is asked whether another process cancelled the run.
 const CANCEL_POLL: Duration = Duration::from_millis(300);
 /// How often a step waiting for CPU or memory held by other runs tries again.
 const CAPACITY_POLL: Duration = Duration::from_millis(100);
+/// How often, while steps wait for room, the attempts of runs whose engine died are collected
+/// (`run::reap`), so that what they held is free again.
+const REAP_EVERY: Duration = Duration::from_secs(1);
 /// Cluster mode: at most this many steps of one run wait on the cluster at once.
 const MAX_WAITING: usize = 256;
 /// How long an attempt's runtime may stay silent (no heartbeat) before the attempt is declared
@@ -63,6 +66,9 @@ pub enum Error {
     },
     #[error(transparent)]
     Objects(#[from] sluice_runtime::objects::Error),
+    /// The home (its state store) was removed or replaced while the run went on.
+    #[error("{0}")]
+    HomeGone(String),
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -79,6 +85,17 @@ pub enum Ending {
     Detached,
     /// Another engine holds the run's lease (named).
     Busy(String),
+}
+
+/// What the engine's process was told from outside while it drives a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Ctrl-C (or SIGTERM, SIGHUP to a foreground engine): the first cancels the run cleanly,
+    /// a second leaves its running steps to `sluice resume`.
+    Press,
+    /// Stop driving at once and leave running steps to `sluice resume` (a background engine
+    /// told to go away: its machine is shutting down, say; the work is not thrown away).
+    Detach,
 }
 
 /// What the driver tells whoever watches it (the progress view).
@@ -187,14 +204,18 @@ pub struct Driver {
     registered: bool,
     /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
     rate_wake: Option<i64>,
+    /// The state store file's identity (device, inode) when the run was opened: a home removed
+    /// or replaced under a running engine is an error, not a run that "succeeded" into a
+    /// deleted file.
+    store_file: Option<(u64, u64)>,
 }
 
-/// The lease holder's name for this process: `PID@HOST`.
-pub fn owner_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{}@{host}", std::process::id())
+/// The device and inode of the home's state store file.
+fn store_file_id(home: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(home.join("sluice.db"))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// CPU (millicores) and memory (bytes) of this machine: the local pool.
@@ -302,20 +323,15 @@ impl Driver {
         if run.state != rs::RUNNING {
             return Ok(Err(Ending::Ended(run.state)));
         }
-        let owner = owner_name();
         let now = now_ms();
-        let mut lease = store
-            .take_lease(run_id, &owner, now, now + LEASE_MS, false)
+        let me = engine::me(now + LEASE_MS);
+        let owner = me.owner.clone();
+        // An engine whose lease ran out, or whose process is gone, holds nothing.
+        let lease = store
+            .take_lease(run_id, &me, |h| engine::alive(h, now), false)
             .await?;
-        if let Err(holder) = &lease
-            && !holder_alive(holder)
-        {
-            lease = store
-                .take_lease(run_id, &owner, now, now + LEASE_MS, true)
-                .await?;
-        }
         if let Err(holder) = lease {
-            return Ok(Err(Ending::Busy(holder)));
+            return Ok(Err(Ending::Busy(holder.owner)));
         }
         let mut pipeline = pipeline_of(&run)?;
         let sweeps = sweeping::expand(&mut pipeline)?;
@@ -329,6 +345,7 @@ impl Driver {
         let rows = store.steps(run_id).await?;
         let attempts = store.attempts(run_id).await?;
         let home = store.home.clone();
+        let home_of_store = home.clone();
         let objects = Objects::open(&run.objects)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let deadline = pipeline.timeout.and_then(|t| {
@@ -389,6 +406,7 @@ impl Driver {
             cluster_mode: scheduling.is_some(),
             // A run resumed may have rows there from its last engine: cleared at the first cycle.
             registered: true,
+            store_file: store_file_id(&home_of_store),
             scheduling,
             rate_wake: None,
         };
@@ -506,6 +524,37 @@ impl Driver {
     /// After a restart: attempts still running are watched again; those that ended while no
     /// engine was there are collected.
     async fn reattach(&mut self, attempts: Vec<AttemptRow>) -> Result<(), Error> {
+        // Attempts whose end another `sluice` recorded while no engine drove the run
+        // (`run::reap`): their steps still say Running, and what follows is decided now.
+        let mut collected: Vec<AttemptRow> = Vec::new();
+        for a in attempts.iter().filter(|a| a.state != at::RUNNING) {
+            let Some(&idx) = self.by_name.get(&a.step) else {
+                continue;
+            };
+            let row = &self.rows[idx];
+            if row.state == st::RUNNING
+                && row.attempts == a.number
+                && !self.sweep_rows.contains_key(&row.name)
+            {
+                collected.push(a.clone());
+            }
+        }
+        for a in collected {
+            let step = a.step.clone();
+            let lost = (a.state == at::LOST).then(|| a.reason.clone().unwrap_or_default());
+            let result = super::reap::collected_result(&a);
+            self.live.insert(
+                step.clone(),
+                Live {
+                    attempt: a,
+                    ours: None,
+                },
+            );
+            match lost {
+                Some(reason) => self.lose_attempt(&step, reason).await?,
+                None => self.finish_attempt(&step, result).await?,
+            }
+        }
         for a in attempts.into_iter().filter(|a| a.state == at::RUNNING) {
             let dir = PathBuf::from(&a.dir);
             match probe(&dir)
@@ -562,15 +611,16 @@ impl Driver {
         Ok(())
     }
 
-    /// Drives the run to its end. `interrupts` delivers Ctrl-C presses.
+    /// Drives the run to its end. `interrupts` delivers Ctrl-C presses (and their kin).
     pub async fn drive(
         mut self,
         watcher: &mut dyn Watcher,
-        mut interrupts: Option<mpsc::UnboundedReceiver<()>>,
+        mut interrupts: Option<mpsc::UnboundedReceiver<Interrupt>>,
     ) -> Result<Ending, Error> {
         let mut last_cancel_check = std::time::Instant::now();
         let mut last_lease = std::time::Instant::now();
         let mut last_heartbeats = std::time::Instant::now();
+        let mut last_reap = std::time::Instant::now();
         let mut presses = 0;
         loop {
             self.advance(watcher).await?;
@@ -620,8 +670,11 @@ impl Driver {
                     }
                     Note::Gone { generation } => self.runtime_gone(generation),
                 },
-                Some(()) = interrupt => {
-                    presses += 1;
+                Some(kind) = interrupt => {
+                    presses += match kind {
+                        Interrupt::Press => 1,
+                        Interrupt::Detach => 2,
+                    };
                     if presses >= 2 {
                         self.uploads_done().await;
                         self.flush().await?;
@@ -636,6 +689,13 @@ impl Driver {
                 () = tokio::time::sleep(wait) => {}
             }
             self.poll_reattached().await?;
+            if !self.queued.is_empty() && self.ready_queued() && last_reap.elapsed() >= REAP_EVERY {
+                // Steps wait for room: room held by runs whose engine died is given back.
+                last_reap = std::time::Instant::now();
+                if let Err(e) = super::reap::collect(&self.store, Some(&self.run.id)).await {
+                    tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
+                }
+            }
             let beat_every = (self.heartbeat_timeout / 4).min(Duration::from_secs(1));
             if last_heartbeats.elapsed() >= beat_every {
                 last_heartbeats = std::time::Instant::now();
@@ -659,18 +719,51 @@ impl Driver {
             }
             if last_lease.elapsed() >= Duration::from_millis((LEASE_MS / 3) as u64) {
                 last_lease = std::time::Instant::now();
+                self.check_home()?;
                 let now = now_ms();
                 if let Err(holder) = self
                     .store
-                    .take_lease(&self.run.id, &self.owner, now, now + LEASE_MS, false)
+                    .take_lease(
+                        &self.run.id,
+                        &engine::me(now + LEASE_MS),
+                        |h| engine::alive(h, now),
+                        false,
+                    )
                     .await?
                 {
                     self.uploads_done().await;
                     self.flush().await?;
-                    return Ok(Ending::Busy(holder));
+                    return Ok(Ending::Busy(holder.owner));
                 }
             }
         }
+    }
+
+    /// Fails when the home's state store is no longer the file this engine opened (the home
+    /// was deleted or replaced): what the engine commits would be lost, so it stops its running
+    /// steps (SIGTERM to its runtime, which stops them as it does on eviction) and says so.
+    fn check_home(&mut self) -> Result<(), Error> {
+        let now = store_file_id(&self.home);
+        if self.store_file.is_none() || now == self.store_file {
+            return Ok(());
+        }
+        if let Some(pid) = self
+            .server
+            .as_ref()
+            .and_then(|s| s.pid)
+            .and_then(|p| i32::try_from(p).ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        Err(Error::HomeGone(format!(
+            "the sluice home {} was removed or replaced while run {} was going: its state is gone, so the run cannot go on ({} running step(s) stopped)",
+            self.home.display(),
+            self.run.id,
+            self.live.len()
+        )))
     }
 
     fn next_not_before(&self) -> Option<i64> {
@@ -722,6 +815,7 @@ impl Driver {
     async fn end(&mut self, state: &str, watcher: &mut dyn Watcher) -> Result<(), Error> {
         // The run's logs are all in the object store before it is said to have ended.
         self.uploads_done().await;
+        self.check_home()?;
         let reason = if self.timed_out {
             Some("the run timed out".to_owned())
         } else {
@@ -840,7 +934,16 @@ impl Driver {
                 match verdict {
                     Ok(true) => {}
                     Ok(false) => {
-                        let why = format!("condition is false: {}", when.text);
+                        // In the values it was decided on (`0.93 >= 0.99`), then as written.
+                        let explained = when
+                            .expr
+                            .explain(&mut |r| scope.resolve(row, r, &mut sink, &dir))
+                            .ok()
+                            .filter(|e| e != &when.text);
+                        let why = match explained {
+                            Some(e) => format!("condition is false: {e} ({})", when.text),
+                            None => format!("condition is false: {}", when.text),
+                        };
                         self.set_state(idx, st::SKIPPED, Some(why));
                         changed.push(idx);
                         continue;
@@ -1422,8 +1525,8 @@ impl Driver {
                     started_at: attempt.started_at.clone(),
                     ended_at: now_rfc3339(),
                     reason: Some(format!(
-                        "cannot start {}: {e}",
-                        launch::runtime_binary().display()
+                        "cannot start the runtime ({}): {e}",
+                        launch::runtime_command().map_or_else(|why| why, |r| r.to_string())
                     )),
                     metrics: BTreeMap::new(),
                 };
@@ -1896,74 +1999,6 @@ enum Blocked {
     Cancel(String),
 }
 
-/// What an attempt's folder says about its runtime.
-enum Probe {
-    Alive,
-    Ended(Box<contract::Result>),
-    /// Gone without a result; the reason says how.
-    Vanished(String),
-}
-
-/// Looks at an attempt's folder: a held lock means its runtime is alive.
-fn probe(dir: &Path) -> std::io::Result<Probe> {
-    std::fs::create_dir_all(dir)?;
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(contract::LOCK_FILE))?;
-    match lock.try_lock() {
-        Err(std::fs::TryLockError::WouldBlock) => return Ok(Probe::Alive),
-        Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        Ok(()) => {}
-    }
-    // We hold the lock: no runtime runs here now, and none can start while we look.
-    if let Some(result) = read_result(dir) {
-        return Ok(Probe::Ended(Box::new(result)));
-    }
-    if let Ok(text) = std::fs::read(dir.join(contract::LOCK_FILE))
-        && !text.is_empty()
-    {
-        // The runtime died (SIGKILL, OOM) but its program may live on in its own group: end
-        // it, so that a lost attempt never runs beside the one that replaces it.
-        kill_programs(dir);
-        return Ok(Probe::Vanished(
-            "the runtime stopped without recording the end".into(),
-        ));
-    }
-    // Never started: make sure a runtime started late does nothing, then give it up.
-    std::fs::write(dir.join("abandoned"), b"")?;
-    Ok(Probe::Vanished(
-        "the engine stopped before the attempt started".into(),
-    ))
-}
-
-/// SIGKILL to every process group the attempt's runtime recorded starting.
-fn kill_programs(dir: &Path) {
-    let Ok(text) = std::fs::read(dir.join(contract::LOCK_FILE)) else {
-        return;
-    };
-    let Ok(started) = serde_json::from_slice::<contract::Started>(&text) else {
-        return;
-    };
-    let groups = if started.groups.is_empty() {
-        vec![started.pid]
-    } else {
-        started.groups
-    };
-    for group in groups.into_iter().filter_map(|g| i32::try_from(g).ok()) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(group),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
-fn read_result(dir: &Path) -> Option<contract::Result> {
-    let text = std::fs::read(dir.join(contract::RESULT_FILE)).ok()?;
-    serde_json::from_slice(&text).ok()
-}
-
 /// Asks an attempt's runtime to stop it (SIGTERM to the program's group, the grace period,
 /// SIGKILL; the attempt ends `Terminated`), through a file in its folder: that reaches a
 /// runtime this engine started and one it reattached to alike.
@@ -1972,18 +2007,4 @@ fn terminate(live: &Live) {
     if let Err(e) = std::fs::write(&file, b"") {
         tracing::warn!("cannot ask {} to stop: {e}", live.attempt.dir);
     }
-}
-
-/// Whether the engine named `PID@HOST` still runs (on this host; elsewhere, assume it does).
-fn holder_alive(holder: &str) -> bool {
-    let Some((pid, host)) = holder.split_once('@') else {
-        return false;
-    };
-    let me = owner_name();
-    let my_host = me.split_once('@').map(|(_, h)| h).unwrap_or_default();
-    if host != my_host {
-        return true;
-    }
-    pid.parse::<i32>()
-        .is_ok_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok())
 }

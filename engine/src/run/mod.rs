@@ -8,10 +8,13 @@
 pub mod cache;
 pub mod cluster;
 pub mod driver;
+pub mod engine;
 pub mod launch;
+pub mod probe;
+pub mod reap;
 pub mod server;
 pub mod state;
 pub mod submit;
 
-pub use driver::{Driver, Ending};
+pub use driver::{Driver, Ending, Interrupt};
 pub use submit::{Origin, submit};

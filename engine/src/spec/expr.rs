@@ -376,6 +376,63 @@ impl Expr {
     }
 }
 
+impl Expr {
+    /// The condition with each template replaced by its value (`0.93 >= 0.99`), to say why a
+    /// step was skipped in the terms it was decided on.
+    pub fn explain<E>(
+        &self,
+        resolve: &mut impl FnMut(&Ref) -> Result<String, E>,
+    ) -> Result<String, E> {
+        Ok(match self {
+            Expr::Operand(o) => shown(o, resolve)?,
+            Expr::Not(e) => format!("!({})", e.explain(resolve)?),
+            Expr::And(a, b) => format!(
+                "{} && {}",
+                a.explain_nested(resolve)?,
+                b.explain_nested(resolve)?
+            ),
+            Expr::Or(a, b) => format!(
+                "{} || {}",
+                a.explain_nested(resolve)?,
+                b.explain_nested(resolve)?
+            ),
+            Expr::Compare(op, a, b) => {
+                let op = match op {
+                    Op::Eq => "==",
+                    Op::Ne => "!=",
+                    Op::Lt => "<",
+                    Op::Le => "<=",
+                    Op::Gt => ">",
+                    Op::Ge => ">=",
+                };
+                format!("{} {op} {}", shown(a, resolve)?, shown(b, resolve)?)
+            }
+        })
+    }
+
+    /// As `explain`, in parentheses when it joins others.
+    fn explain_nested<E>(
+        &self,
+        resolve: &mut impl FnMut(&Ref) -> Result<String, E>,
+    ) -> Result<String, E> {
+        let text = self.explain(resolve)?;
+        Ok(match self {
+            Expr::And(..) | Expr::Or(..) => format!("({text})"),
+            _ => text,
+        })
+    }
+}
+
+/// An operand's value as the explanation shows it: quoted when it was quoted or is empty.
+fn shown<E>(o: &Operand, resolve: &mut impl FnMut(&Ref) -> Result<String, E>) -> Result<String, E> {
+    let v = value(o, resolve)?;
+    Ok(match o {
+        Operand::Quoted(_) => format!("'{v}'"),
+        Operand::Word(_) if v.is_empty() || v.contains(char::is_whitespace) => format!("'{v}'"),
+        Operand::Word(_) => v,
+    })
+}
+
 fn value<E>(o: &Operand, resolve: &mut impl FnMut(&Ref) -> Result<String, E>) -> Result<String, E> {
     match o {
         Operand::Quoted(s) => Ok(s.clone()),
@@ -424,6 +481,15 @@ mod tests {
         assert!(!eval("{{params.x}} && false", "true"));
         assert!(eval("{{params.x}}", "true"));
         assert!(!eval("{{params.x}}", "0"));
+    }
+
+    #[test]
+    fn explains_a_condition_with_its_values() {
+        let e = parse("{{steps.t.metrics.a}} >= 0.99 && {{params.x}} != 'b'")
+            .expr
+            .expect("parses");
+        let r: Result<String, ()> = e.explain(&mut |_r| Ok("0.93".to_owned()));
+        assert_eq!(r.expect("explains"), "0.93 >= 0.99 && 0.93 != 'b'");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! `sluice` process sharing a home sees the same pool and none overcommits it. SQL is written
 //! so that PostgreSQL also accepts it; queries are checked at run time (no compile-time macros).
 
+mod engines;
 mod rows;
 mod scheduling;
 
@@ -17,7 +18,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool as Pool};
 
-pub use rows::{AttemptRow, Capacity, Change, Event, NewRun, RunRow, StepRow};
+pub use engines::Orphan;
+pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
 pub use scheduling::{Claim, Placed, Rate};
 
 /// How long a command waits for a store another process holds before it gives up (exit 3).
@@ -28,6 +30,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (
         2,
         include_str!("../../../migrations/sqlite/0002_cluster.sql"),
+    ),
+    (
+        3,
+        include_str!("../../../migrations/sqlite/0003_engines.sql"),
     ),
 ];
 
@@ -102,6 +108,15 @@ impl Store {
             }
         };
         Ok(store)
+    }
+
+    /// Opens the store under `home` if one exists there; never creates a home (commands that
+    /// only read).
+    pub async fn open_existing(home: &Path) -> Result<Option<Store>, Error> {
+        if !home.join("sluice.db").is_file() {
+            return Ok(None);
+        }
+        Self::open(home).await.map(Some)
     }
 
     async fn connect(home: &Path, options: SqliteConnectOptions) -> Result<Store, Error> {

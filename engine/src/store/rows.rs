@@ -40,6 +40,8 @@ pub struct RunRow {
     pub cancel_requested: bool,
     pub lease_owner: Option<String>,
     pub lease_until: Option<i64>,
+    /// When the lease holder's process started (clock ticks since boot), if known.
+    pub lease_started: Option<i64>,
     /// The Cluster file given with `--cluster` (`{"file", "source"}`), if any.
     pub cluster: Option<String>,
 }
@@ -84,6 +86,26 @@ pub struct AttemptRow {
     pub nodes: Option<String>,
 }
 
+/// The engine holding a run's lease: its name (`PID@HOST`), until when (unix ms), and when its
+/// process started (clock ticks since boot; to tell it from a later process with its PID).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub owner: String,
+    pub until: i64,
+    pub started: Option<i64>,
+}
+
+impl RunRow {
+    /// The engine holding the lease, if one took it and has not let go.
+    pub fn holder(&self) -> Option<Holder> {
+        Some(Holder {
+            owner: self.lease_owner.clone()?,
+            until: self.lease_until?,
+            started: self.lease_started,
+        })
+    }
+}
+
 /// An event for the run's append-only log.
 #[derive(Clone, Debug)]
 pub struct Event {
@@ -110,6 +132,7 @@ fn run_row(r: &SqliteRow) -> RunRow {
         cancel_requested: r.get::<i64, _>("cancel_requested") != 0,
         lease_owner: r.get("lease_owner"),
         lease_until: r.get("lease_until"),
+        lease_started: r.get("lease_started"),
         cluster: r.get("cluster"),
     }
 }
@@ -132,7 +155,7 @@ fn step_row(r: &SqliteRow) -> StepRow {
     }
 }
 
-fn attempt_row(r: &SqliteRow) -> AttemptRow {
+pub(super) fn attempt_row(r: &SqliteRow) -> AttemptRow {
     AttemptRow {
         step: r.get("step"),
         number: r.get("number"),
@@ -369,8 +392,41 @@ impl Store {
         Ok(())
     }
 
-    /// The one run whose id is `prefix` or starts with it.
-    pub async fn resolve(&self, prefix: &str) -> Result<String, Error> {
+    /// The one run `reference` names: its id, an unambiguous prefix of it, `@latest` (the
+    /// newest run) or `NAME@latest` (the newest run of that pipeline or sweep).
+    pub async fn resolve(&self, reference: &str) -> Result<String, Error> {
+        if let Some(name) = reference.strip_suffix("@latest") {
+            let row = sqlx::query(
+                "SELECT id FROM runs WHERE (? = '' OR name = ?) ORDER BY created_at DESC, id DESC LIMIT 1",
+            )
+            .bind(name)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(r) = row {
+                return Ok(r.get(0));
+            }
+            if name.is_empty() {
+                return Err(Error::NotFound(format!(
+                    "no runs yet in {}",
+                    self.home.display()
+                )));
+            }
+            let names: Vec<String> = sqlx::query("SELECT DISTINCT name FROM runs")
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let hint = crate::spec::diagnostic::nearest(name, names.iter().map(String::as_str))
+                .map(|n| format!(" (did you mean '{n}@latest'?)"))
+                .unwrap_or_default();
+            return Err(Error::NotFound(format!(
+                "no run of a pipeline or sweep named '{name}' in {}{hint}",
+                self.home.display()
+            )));
+        }
+        let prefix = reference;
         let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
         let ids: Vec<String> =
             sqlx::query("SELECT id FROM runs WHERE id LIKE ? ORDER BY id LIMIT 3")
@@ -386,8 +442,13 @@ impl Store {
         match ids.as_slice() {
             [one] => Ok(one.clone()),
             [] => Err(Error::NotFound(format!(
-                "no run '{prefix}' in {}",
-                self.home.display()
+                "no run '{prefix}' in {}{}",
+                self.home.display(),
+                if prefix.contains('@') {
+                    " (name a run by its id, a prefix of it, @latest or NAME@latest)"
+                } else {
+                    ""
+                }
             ))),
             many => Err(Error::NotFound(format!(
                 "'{prefix}' is ambiguous: it starts {} and more; give more of the id",
@@ -532,42 +593,55 @@ impl Store {
         Ok(Some(assigned))
     }
 
-    /// Takes the run's lease for `owner` until `until` (unix ms) unless a live engine holds
-    /// it. Returns the current holder when refused.
+    /// Takes the run's lease for `me` (its `until` set) unless another engine holds it and
+    /// `alive` says that engine still runs (`force`: take it whatever). Returns the holder
+    /// when refused.
     pub async fn take_lease(
         &self,
         run: &str,
-        owner: &str,
-        now: i64,
-        until: i64,
+        me: &Holder,
+        alive: impl FnOnce(&Holder) -> bool,
         force: bool,
-    ) -> Result<Result<(), String>, Error> {
+    ) -> Result<Result<(), Holder>, Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let row = sqlx::query("SELECT lease_owner, lease_until FROM runs WHERE id = ?")
-            .bind(run)
-            .fetch_one(&mut *tx)
-            .await?;
-        let holder: Option<String> = row.get(0);
-        let held_until: Option<i64> = row.get(1);
-        if let (Some(h), Some(u)) = (&holder, held_until)
-            && h != owner
-            && u > now
+        let row =
+            sqlx::query("SELECT lease_owner, lease_until, lease_started FROM runs WHERE id = ?")
+                .bind(run)
+                .fetch_one(&mut *tx)
+                .await?;
+        let holder = match (
+            row.get::<Option<String>, _>(0),
+            row.get::<Option<i64>, _>(1),
+        ) {
+            (Some(owner), Some(until)) => Some(Holder {
+                owner,
+                until,
+                started: row.get(2),
+            }),
+            _ => None,
+        };
+        if let Some(h) = holder
+            && h.owner != me.owner
             && !force
+            && alive(&h)
         {
-            return Ok(Err(h.clone()));
+            return Ok(Err(h));
         }
-        sqlx::query("UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ?")
-            .bind(owner)
-            .bind(until)
-            .bind(run)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE runs SET lease_owner = ?, lease_until = ?, lease_started = ? WHERE id = ?",
+        )
+        .bind(&me.owner)
+        .bind(me.until)
+        .bind(me.started)
+        .bind(run)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(Ok(()))
     }
 
     pub async fn release_lease(&self, run: &str, owner: &str) -> Result<(), Error> {
-        sqlx::query("UPDATE runs SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?")
+        sqlx::query("UPDATE runs SET lease_owner = NULL, lease_until = NULL, lease_started = NULL WHERE id = ? AND lease_owner = ?")
             .bind(run)
             .bind(owner)
             .execute(&self.pool)

@@ -1,0 +1,127 @@
+//! Collecting the attempts of runs whose engine is gone, by any `sluice` on the home.
+//!
+//! An engine that dies (kill -9, a closed terminal, a machine gone) leaves its run `Running`
+//! and its attempts' rows `Running`, and those rows hold their share of the machine's pool (or
+//! of the declared cluster's nodes). Its attempts go on under their runtime and end, but nobody
+//! records it: every later run on the home would wait for that room forever. So any `sluice`
+//! that reads or waits on the home looks at the runs whose engine is gone (see
+//! [`super::engine::alive`]), probes their running attempts' folders as `resume` would, and
+//! records the ends it finds: an attempt that ended keeps its result, one whose runtime died or
+//! never started is `Lost` (its programs are killed first). It decides nothing else: the steps
+//! stay as they are, for `sluice resume` to carry on from (the driver reads the collected
+//! attempts' results again from their folders).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sluice_runtime::contract::{self, End};
+
+use super::engine;
+use super::probe::{Probe, probe};
+use super::state::attempt as at;
+use crate::store::{self, AttemptRow, Store};
+use crate::time::now_rfc3339;
+
+/// What a collection found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Collected {
+    /// Attempts whose end was recorded now.
+    pub attempts: u64,
+    /// Runs found without a live engine (with attempts still marked running).
+    pub runs: usize,
+}
+
+/// Records the ends of the attempts of runs whose engine is gone (except run `except`, the
+/// caller's own). Errors reading one attempt's folder leave that attempt for the next time.
+pub async fn collect(store: &Store, except: Option<&str>) -> Result<Collected, store::Error> {
+    let now = crate::time::now_ms();
+    let dead =
+        |holder: &Option<store::Holder>| holder.as_ref().is_none_or(|h| !engine::alive(h, now));
+    let orphans = store.running_attempts().await?;
+    let mut ended = Vec::new();
+    let mut runs = std::collections::BTreeSet::new();
+    for o in orphans {
+        if Some(o.run_id.as_str()) == except || !dead(&o.holder) {
+            continue;
+        }
+        runs.insert(o.run_id.clone());
+        let Ok(found) = probe(Path::new(&o.attempt.dir)) else {
+            continue;
+        };
+        if let Some(a) = ended_row(o.attempt, found, o.cancel_requested) {
+            ended.push((o.run_id, a));
+        }
+    }
+    let attempts = store.collect(&ended).await?;
+    let stale: Vec<String> = store
+        .waiting_runs()
+        .await?
+        .into_iter()
+        .filter(|(run, holder)| Some(run.as_str()) != except && dead(holder))
+        .map(|(run, _)| run)
+        .collect();
+    store.forget_waiting(&stale).await?;
+    Ok(Collected {
+        attempts,
+        runs: runs.len(),
+    })
+}
+
+/// The attempt's row with the end its folder shows, or None while it runs.
+fn ended_row(mut a: AttemptRow, found: Probe, cancelled: bool) -> Option<AttemptRow> {
+    match found {
+        Probe::Alive => return None,
+        Probe::Ended(result) => {
+            a.state = match result.end {
+                End::Succeeded => at::SUCCEEDED,
+                End::Failed => at::FAILED,
+                End::Timeout => at::TIMEOUT,
+                // Stopped from outside: a cancellation, else a preemption.
+                End::Terminated if cancelled => at::CANCELLED,
+                End::Terminated => at::PREEMPTED,
+            }
+            .into();
+            a.exit_code = result.exit_code.map(i64::from);
+            a.signal = result.signal.map(i64::from);
+            a.reason = result.reason.clone();
+            a.ended_at = Some(result.ended_at.clone());
+            if !result.metrics.is_empty() {
+                a.metrics = serde_json::to_string(&result.metrics).ok();
+            }
+        }
+        Probe::Vanished(reason) => {
+            a.state = at::LOST.into();
+            a.reason = Some(reason);
+            a.ended_at = Some(now_rfc3339());
+        }
+    }
+    Some(a)
+}
+
+/// The result an attempt collected by another process ended with, for the engine that resumes
+/// its run: read again from its folder, else rebuilt from its row (the folder was removed).
+pub fn collected_result(a: &AttemptRow) -> Option<contract::Result> {
+    if let Some(r) = super::probe::read_result(Path::new(&a.dir)) {
+        return Some(r);
+    }
+    let end = match a.state.as_str() {
+        at::SUCCEEDED => End::Succeeded,
+        at::FAILED => End::Failed,
+        at::TIMEOUT => End::Timeout,
+        at::PREEMPTED | at::CANCELLED => End::Terminated,
+        _ => return None,
+    };
+    Some(contract::Result {
+        end,
+        exit_code: a.exit_code.and_then(|c| i32::try_from(c).ok()),
+        signal: a.signal.and_then(|s| i32::try_from(s).ok()),
+        started_at: a.started_at.clone(),
+        ended_at: a.ended_at.clone().unwrap_or_else(now_rfc3339),
+        reason: a.reason.clone(),
+        metrics: a
+            .metrics
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<BTreeMap<String, f64>>(m).ok())
+            .unwrap_or_default(),
+    })
+}

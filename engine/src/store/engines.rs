@@ -1,0 +1,127 @@
+//! Runs whose engine is gone: their attempts still marked running, and recording how those
+//! ended, by any `sluice` on the home (see `run::reap`).
+
+use sqlx::Row;
+
+use super::rows::{AttemptRow, Event, Holder, attempt_row, insert_events};
+use super::{Error, Store};
+
+/// A `Running` attempt of a `Running` run, with what tells whether the run's engine lives.
+#[derive(Clone, Debug)]
+pub struct Orphan {
+    pub run_id: String,
+    pub holder: Option<Holder>,
+    pub cancel_requested: bool,
+    pub attempt: AttemptRow,
+}
+
+impl Store {
+    /// Every attempt still marked running, of every run still marked running.
+    pub async fn running_attempts(&self) -> Result<Vec<Orphan>, Error> {
+        let rows = sqlx::query(
+            "SELECT a.*, r.lease_owner AS r_owner, r.lease_until AS r_until, r.lease_started AS r_started, r.cancel_requested AS r_cancel FROM attempts a JOIN runs r ON r.id = a.run_id WHERE a.state = 'Running' AND r.state = 'Running' ORDER BY a.run_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let owner: Option<String> = r.get("r_owner");
+                let until: Option<i64> = r.get("r_until");
+                Orphan {
+                    run_id: r.get("run_id"),
+                    holder: match (owner, until) {
+                        (Some(owner), Some(until)) => Some(Holder {
+                            owner,
+                            until,
+                            started: r.get("r_started"),
+                        }),
+                        _ => None,
+                    },
+                    cancel_requested: r.get::<i64, _>("r_cancel") != 0,
+                    attempt: attempt_row(r),
+                }
+            })
+            .collect())
+    }
+
+    /// The runs with steps in cluster mode's waiting list, with their leases.
+    pub async fn waiting_runs(&self) -> Result<Vec<(String, Option<Holder>)>, Error> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT r.id, r.lease_owner, r.lease_until, r.lease_started FROM waiting w JOIN runs r ON r.id = w.run_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let holder = match (r.get::<Option<String>, _>(1), r.get::<Option<i64>, _>(2)) {
+                    (Some(owner), Some(until)) => Some(Holder {
+                        owner,
+                        until,
+                        started: r.get(3),
+                    }),
+                    _ => None,
+                };
+                (r.get(0), holder)
+            })
+            .collect())
+    }
+
+    /// Drops the waiting steps of `runs` (their engines are gone).
+    pub async fn forget_waiting(&self, runs: &[String]) -> Result<(), Error> {
+        for run in runs {
+            sqlx::query("DELETE FROM waiting WHERE run_id = ?")
+                .bind(run)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Records the ends of attempts `ended` (run id, attempt row with its end) found by a
+    /// process that does not drive their runs, so that what they held is free again. Only
+    /// rows still `Running` change: the run's own engine, if it came back and recorded the end
+    /// first, wins. The runs' waiting steps no longer wait. Returns how many changed.
+    pub async fn collect(&self, ended: &[(String, AttemptRow)]) -> Result<u64, Error> {
+        if ended.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut changed = 0;
+        for (run, a) in ended {
+            let n = sqlx::query("UPDATE attempts SET state = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ? AND state = 'Running'")
+                .bind(&a.state)
+                .bind(a.exit_code)
+                .bind(a.signal)
+                .bind(&a.reason)
+                .bind(&a.metrics)
+                .bind(&a.ended_at)
+                .bind(run)
+                .bind(&a.step)
+                .bind(a.number)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if n > 0 {
+                changed += n;
+                insert_events(
+                    &mut tx,
+                    run,
+                    &[Event {
+                        step: Some(a.step.clone()),
+                        kind: "attempt-collected".into(),
+                        detail: Some(a.state.clone()),
+                    }],
+                )
+                .await?;
+            }
+            sqlx::query("DELETE FROM waiting WHERE run_id = ?")
+                .bind(run)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(changed)
+    }
+}
