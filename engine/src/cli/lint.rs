@@ -196,12 +196,12 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
                 1 => "1 error".to_owned(),
                 n => format!("{n} errors"),
             };
-            eprintln!(
+            super::output::say(format_args!(
                 "sluice lint: {} file{}, {documents} document{}: {verdict}",
                 files.len(),
                 plural(files.len()),
                 plural(documents),
-            );
+            ));
         }
     }
     Ok(if errors == 0 {

@@ -1,115 +1,186 @@
 //! `sluice logs RUN [STEP] [-f] [--attempt N]`
+//!
+//! An attempt's log (`output.log` in its folder, kept in the object store once it ended) holds
+//! one line per line its program wrote: `TIME STREAM TEXT`, the stream being `out` or `err`
+//! (`out[2]` for worker 2 of a gang). Text output prints those lines as they are (marked with
+//! their step without STEP); `--output json` prints one JSON object per line.
 
+use std::collections::BTreeMap;
 use std::io::Seek;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use super::exit::{Error, Outcome};
-use super::output;
-use crate::run::state::attempt;
+use super::output::{self, Format};
+use crate::run::state::{attempt, run as rs};
 use crate::store::{AttemptRow, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A run id, or an unambiguous prefix of one.
+    /// A run id, an unambiguous prefix of one, @latest or NAME@latest.
     pub run: String,
-    /// One step (`train`, `evaluate[1]`); without it, every step's latest attempt.
+    /// One step (`train`, `evaluate[1]`); without it, every step's, each line marked with its
+    /// step.
     pub step: Option<String>,
-    /// Keep printing new lines until the attempt ends.
+    /// Keep printing new lines: until the step has ended (with STEP), else until the run has.
     #[arg(short, long)]
     pub follow: bool,
-    /// Which attempt (default: the latest).
-    #[arg(long)]
+    /// Which attempt of STEP (default: the latest).
+    #[arg(long, requires = "step")]
     pub attempt: Option<i64>,
 }
+
+/// How often `-f` looks for new lines and attempts.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
 fn log_path(a: &AttemptRow) -> PathBuf {
     PathBuf::from(&a.dir).join(sluice_runtime::contract::LOG_FILE)
 }
 
-pub async fn run(store: &Store, args: &Args) -> Result<Outcome, Error> {
+/// One line of a log, as `--output json` prints it.
+#[derive(Debug, Serialize)]
+struct Line<'a> {
+    time: &'a str,
+    step: &'a str,
+    attempt: i64,
+    worker: u32,
+    stream: &'a str,
+    line: &'a str,
+}
+
+/// Prints log lines of one attempt, in the chosen format.
+struct Printer {
+    format: Format,
+    /// Mark each text line with its step and attempt (every step's logs at once).
+    mark: bool,
+}
+
+impl Printer {
+    /// Prints the whole lines of `bytes` (a piece of attempt `a`'s log).
+    fn print(&self, a: &AttemptRow, bytes: &[u8]) -> Result<(), Error> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        output::text(|out| {
+            for raw in bytes.split_inclusive(|b| *b == b'\n') {
+                let text = String::from_utf8_lossy(raw);
+                let text = text.trim_end_matches(['\n', '\r']);
+                match self.format {
+                    Format::Json => {
+                        let (time, rest) = text.split_once(' ').unwrap_or(("", text));
+                        let (stream, line) = rest.split_once(' ').unwrap_or((rest, ""));
+                        let (stream, worker) = match stream.split_once('[') {
+                            Some((s, w)) => (s, w.trim_end_matches(']').parse().unwrap_or(0)),
+                            None => (stream, 0),
+                        };
+                        let v = Line {
+                            time,
+                            step: &a.step,
+                            attempt: a.number,
+                            worker,
+                            stream,
+                            line,
+                        };
+                        serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::from)?;
+                        writeln!(out)?;
+                    }
+                    Format::Text if self.mark => {
+                        writeln!(out, "[{} #{}] {text}", a.step, a.number)?
+                    }
+                    Format::Text => writeln!(out, "{text}")?,
+                }
+            }
+            Ok(())
+        })
+        .map_err(Error::output)
+    }
+}
+
+pub async fn run(store: &Store, args: &Args, format: Format) -> Result<Outcome, Error> {
     let id = store.resolve(&args.run).await?;
+    let Some(step) = &args.step else {
+        let printer = Printer { format, mark: true };
+        return every_step(store, &id, args.follow, &printer).await;
+    };
+    let printer = Printer {
+        format,
+        mark: false,
+    };
     let attempts = store.attempts(&id).await?;
-    let mut chosen: Vec<&AttemptRow> = Vec::new();
-    match &args.step {
-        Some(step) => {
-            let mine: Vec<&AttemptRow> = attempts.iter().filter(|a| &a.step == step).collect();
-            if mine.is_empty() {
-                let steps = store.steps(&id).await?;
-                if !steps.iter().any(|s| &s.name == step) {
-                    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
-                    let hint = crate::spec::diagnostic::nearest(step, names.iter().copied())
-                        .map(|n| format!(" (did you mean '{n}'?)"))
-                        .unwrap_or_default();
-                    return Err(Error::Usage(format!("run {id} has no step '{step}'{hint}")));
-                }
-                if !args.follow {
-                    eprintln!("step '{step}' has not started yet");
-                    return Ok(Outcome::Success);
-                }
-                // Following a step that has not started: wait for its first attempt.
-                follow_step(store, &id, step, None).await?;
-                return Ok(Outcome::Success);
-            }
-            let pick = match args.attempt {
-                Some(n) => mine
-                    .into_iter()
-                    .find(|a| a.number == n)
-                    .ok_or_else(|| Error::Usage(format!("step '{step}' has no attempt {n}")))?,
-                None => mine
-                    .into_iter()
-                    .max_by_key(|a| a.number)
-                    .ok_or_else(|| Error::Usage(format!("step '{step}' has no attempts")))?,
-            };
-            chosen.push(pick);
+    let mine: Vec<&AttemptRow> = attempts.iter().filter(|a| &a.step == step).collect();
+    if mine.is_empty() {
+        let steps = store.steps(&id).await?;
+        if !steps.iter().any(|s| &s.name == step) {
+            let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+            let hint = crate::spec::diagnostic::nearest(step, names.iter().copied())
+                .map(|n| format!(" (did you mean '{n}'?)"))
+                .unwrap_or_default();
+            return Err(Error::Usage(format!("run {id} has no step '{step}'{hint}")));
         }
-        None => {
-            let mut latest: std::collections::BTreeMap<&str, &AttemptRow> = Default::default();
-            for a in &attempts {
-                let e = latest.entry(a.step.as_str()).or_insert(a);
-                if a.number > e.number {
-                    *e = a;
-                }
-            }
-            chosen.extend(latest.values());
-            chosen.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+        if let Some(n) = args.attempt {
+            return Err(Error::Usage(format!(
+                "step '{step}' has no attempt {n} yet"
+            )));
         }
+        if !args.follow {
+            output::say(format_args!("step '{step}' has not started yet"));
+            return Ok(Outcome::Success);
+        }
+        // Following a step that has not started: wait for its first attempt.
+        follow_step(store, &id, step, None, &printer).await?;
+        return Ok(Outcome::Success);
     }
-    let prefix = args.step.is_none();
-    let mut shown = 0;
-    for a in &chosen {
-        shown = print_file(store, &id, a, prefix).await?;
-    }
+    let pick = match args.attempt {
+        Some(n) => mine.into_iter().find(|a| a.number == n).ok_or_else(|| {
+            Error::Usage(format!(
+                "step '{step}' has no attempt {n} (it has attempts 1 to {})",
+                attempts
+                    .iter()
+                    .filter(|a| &a.step == step)
+                    .map(|a| a.number)
+                    .max()
+                    .unwrap_or(0)
+            ))
+        })?,
+        None => mine
+            .into_iter()
+            .max_by_key(|a| a.number)
+            .ok_or_else(|| Error::Usage(format!("step '{step}' has no attempts")))?,
+    };
+    let shown = print_whole(store, &id, pick, &printer).await?;
+    // An older attempt has ended: there is nothing more to follow in it.
     if args.follow
-        && let (Some(step), [one]) = (&args.step, chosen.as_slice())
+        && args
+            .attempt
+            .is_none_or(|n| pick.state == attempt::RUNNING && n == pick.number)
     {
-        follow_step(store, &id, step, Some((one.number, shown))).await?;
+        follow_step(store, &id, step, Some((pick.number, shown)), &printer).await?;
     }
     Ok(Outcome::Success)
 }
 
 /// Prints an attempt's log: from its folder, or, once that is gone, from the object store
 /// the runtime's log was kept in. Returns how many bytes of the local file were printed.
-async fn print_file(store: &Store, run: &str, a: &AttemptRow, prefix: bool) -> Result<u64, Error> {
-    let text = match std::fs::read(log_path(a)) {
-        Ok(bytes) => bytes,
-        Err(_) => stored_log(store, run, a).await.unwrap_or_default(),
+async fn print_whole(
+    store: &Store,
+    run: &str,
+    a: &AttemptRow,
+    printer: &Printer,
+) -> Result<u64, Error> {
+    let (text, local) = match std::fs::read(log_path(a)) {
+        Ok(bytes) => (bytes, true),
+        Err(_) => (stored_log(store, run, a).await.unwrap_or_default(), false),
     };
-    let read = text.len() as u64;
-    output::text(|out| {
-        for line in text.split_inclusive(|b| *b == b'\n') {
-            if prefix {
-                write!(out, "[{} #{}] ", a.step, a.number)?;
-            }
-            out.write_all(line)?;
-            if !line.ends_with(b"\n") {
-                writeln!(out)?;
-            }
-        }
-        Ok(())
-    })
-    .map_err(Error::output)?;
-    Ok(read)
+    // Whole lines only from a file still being written; a partial last line waits.
+    let upto = if local && a.state == attempt::RUNNING {
+        text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)
+    } else {
+        text.len()
+    };
+    printer.print(a, &text[..upto])?;
+    Ok(if local { upto as u64 } else { 0 })
 }
 
 /// The copy of an ended attempt's log in the run's object store, if there is one.
@@ -123,6 +194,60 @@ async fn stored_log(store: &Store, run: &str, a: &AttemptRow) -> Option<Vec<u8>>
     objects.get_bytes(&key).await.ok().flatten()
 }
 
+/// Every step's latest attempt, oldest first; with `follow`, then every new line of every
+/// attempt (a retry's or a later step's included) until the run has ended.
+async fn every_step(
+    store: &Store,
+    run: &str,
+    follow: bool,
+    printer: &Printer,
+) -> Result<Outcome, Error> {
+    let attempts = store.attempts(run).await?;
+    let mut latest: BTreeMap<&str, &AttemptRow> = BTreeMap::new();
+    for a in &attempts {
+        let e = latest.entry(a.step.as_str()).or_insert(a);
+        if a.number > e.number {
+            *e = a;
+        }
+    }
+    let mut chosen: Vec<&AttemptRow> = latest.into_values().collect();
+    chosen.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+    // Where each attempt's local log was printed up to; older attempts are not followed.
+    let mut offsets: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for a in &attempts {
+        offsets.insert((a.step.clone(), a.number), u64::MAX);
+    }
+    for a in chosen {
+        let shown = print_whole(store, run, a, printer).await?;
+        let local_gone = !log_path(a).is_file();
+        offsets.insert(
+            (a.step.clone(), a.number),
+            if local_gone { u64::MAX } else { shown },
+        );
+    }
+    if !follow {
+        return Ok(Outcome::Success);
+    }
+    loop {
+        // Read the run's state before the logs: lines written before it ended are all read
+        // in this round.
+        let ended = store.run(run).await?.state != rs::RUNNING;
+        let mut attempts = store.attempts(run).await?;
+        attempts.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+        for a in &attempts {
+            let offset = offsets.entry((a.step.clone(), a.number)).or_insert(0);
+            if *offset == u64::MAX {
+                continue;
+            }
+            *offset = drain(&log_path(a), *offset, a, printer)?;
+        }
+        if ended {
+            return Ok(Outcome::Success);
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
 /// Prints a step's output as it is written, across its attempts (a retry's lines follow a
 /// `--- attempt N ---` line), until the step has ended and its last log is drained.
 /// `from`: the attempt already printed and how many bytes of it.
@@ -131,13 +256,15 @@ async fn follow_step(
     run: &str,
     step: &str,
     mut from: Option<(i64, u64)>,
+    printer: &Printer,
 ) -> Result<(), Error> {
     loop {
         let steps = store.steps(run).await?;
         let finished = steps
             .iter()
             .find(|s| s.name == step)
-            .is_none_or(|s| crate::run::state::step::is_terminal(&s.state));
+            .is_none_or(|s| crate::run::state::step::is_terminal(&s.state))
+            || store.run(run).await?.state != rs::RUNNING;
         let attempts = store.attempts(run).await?;
         let latest = attempts
             .iter()
@@ -147,14 +274,16 @@ async fn follow_step(
             let offset = match from {
                 Some((n, offset)) if n == a.number => offset,
                 Some(_) => {
-                    output::text(|out| writeln!(out, "--- attempt {} ---", a.number))
-                        .map_err(Error::output)?;
+                    if printer.format == Format::Text {
+                        output::text(|out| writeln!(out, "--- attempt {} ---", a.number))
+                            .map_err(Error::output)?;
+                    }
                     0
                 }
                 None => 0,
             };
             let ended = a.state != attempt::RUNNING;
-            let offset = drain(&log_path(a), offset)?;
+            let offset = drain(&log_path(a), offset, a, printer)?;
             from = Some((a.number, offset));
             if ended && finished {
                 return Ok(());
@@ -162,12 +291,17 @@ async fn follow_step(
         } else if finished {
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(FOLLOW_EVERY).await;
     }
 }
 
 /// Prints the whole lines appended to `path` after `offset`; returns the new offset.
-fn drain(path: &std::path::Path, offset: u64) -> Result<u64, Error> {
+fn drain(
+    path: &std::path::Path,
+    offset: u64,
+    a: &AttemptRow,
+    printer: &Printer,
+) -> Result<u64, Error> {
     let Ok(mut f) = std::fs::File::open(path) else {
         return Ok(offset);
     };
@@ -181,6 +315,6 @@ fn drain(path: &std::path::Path, offset: u64) -> Result<u64, Error> {
     std::io::Read::read_to_end(&mut f, &mut buf).map_err(Error::output)?;
     // Whole lines only; a partial last line waits for the next round.
     let upto = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    output::text(|out| out.write_all(&buf[..upto])).map_err(Error::output)?;
+    printer.print(a, &buf[..upto])?;
     Ok(offset + upto as u64)
 }

@@ -1,6 +1,7 @@
 //! The command line: clap definitions and dispatch, one file per command.
 
 mod exit;
+pub mod home;
 mod lint;
 mod logs;
 pub mod output;
@@ -27,7 +28,9 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub output: Format,
 
-    /// Where state and objects live (default ./.sluice).
+    /// Where state and objects live. Default: the nearest .sluice folder here or above (as
+    /// git finds .git), else .sluice at the top of the enclosing git repository, else
+    /// ./.sluice. Commands that only read never create one.
     #[arg(long, global = true, env = "SLUICE_HOME", value_name = "DIR")]
     pub home: Option<PathBuf>,
 
@@ -74,14 +77,15 @@ pub enum Command {
     Runs(status::RunsArgs),
     /// A run's steps with their state, attempts, durations, reasons and metrics.
     Status(status::StatusArgs),
-    /// A step's output (every step's latest attempt without STEP); live with -f.
+    /// A step's output, or every step's (each line marked with its step) without STEP; live
+    /// with -f until the run ends.
     Logs(logs::Args),
     /// Continue a run whose engine died, reattaching to steps still running.
     Resume(run::RunRef),
     /// Rerun what failed or was cancelled in an ended run, reusing what succeeded.
     Retry(run::RunRef),
     /// Stop a run and its running steps.
-    Cancel(run::RunRef),
+    Cancel(run::CancelArgs),
     /// Preempt a running step as the scheduler would: it resumes from its checkpoint.
     ///
     /// Exits 0 once the request is recorded (the step's runtime stops it within a moment),
@@ -93,10 +97,28 @@ pub enum Command {
     /// priority), Jain's fairness index, preemptions, GPU-hours lost to preemption and cost
     /// per team; --output json gives the contract's shape, byte-identical for the same inputs.
     Simulate(simulate::Args),
+    /// The step runtime built into this binary (what `sluice-runtime` does): `sluice runtime
+    /// serve`, `sluice runtime exec DIR`. The engine uses it when no `sluice-runtime` binary is
+    /// found, so that `sluice` alone is enough on a machine.
+    #[command(hide = true)]
+    Runtime {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Runs the command line and returns the exit code.
 pub fn main() -> ExitCode {
+    // Installed or linked under the runtime's name, this binary is the runtime.
+    let invoked = std::env::args_os().next().map(PathBuf::from);
+    if invoked
+        .as_deref()
+        .and_then(std::path::Path::file_name)
+        .is_some_and(|n| n == "sluice-runtime")
+    {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        return sluice_runtime::cli::main(&args);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -109,15 +131,15 @@ pub fn main() -> ExitCode {
             };
         }
     };
+    if let Command::Runtime { args } = &cli.command {
+        return sluice_runtime::cli::main(args);
+    }
     init_logs(cli.verbose, cli.log_format);
     let result = match &cli.command {
         Command::Lint(args) => lint::run(args, cli.output),
         Command::Simulate(args) => simulate::run(args, cli.output),
         command => {
-            // Absolute: attempts' folders are handed to programs that run elsewhere (a step's
-            // working directory is its YAML file's folder).
-            let home = cli.home.clone().unwrap_or_else(|| PathBuf::from(".sluice"));
-            let home = std::path::absolute(&home).unwrap_or(home);
+            let home = home::Home::resolve(cli.home.as_deref());
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();
@@ -126,38 +148,51 @@ pub fn main() -> ExitCode {
                     context: "cannot start the async runtime".into(),
                     source: e,
                 }),
-                Ok(rt) => rt.block_on(async {
-                    match command {
-                        Command::Run(a) => run::run(&home, a, cli.output).await,
-                        Command::Sweep(a) => sweep::sweep(&home, a, cli.output).await,
-                        Command::Resume(a) => run::resume(&home, a, cli.output).await,
-                        Command::Retry(a) => run::retry(&home, a, cli.output).await,
-                        Command::Cancel(a) => run::cancel(&home, a, cli.output).await,
-                        Command::Preempt(a) => run::preempt(&home, a, cli.output).await,
-                        Command::Status(a) => {
-                            let store = crate::store::Store::open(&home).await?;
-                            status::status(&store, a, cli.output).await
-                        }
-                        Command::Runs(a) => {
-                            let store = crate::store::Store::open(&home).await?;
-                            status::runs(&store, a, cli.output).await
-                        }
-                        Command::Logs(a) => {
-                            let store = crate::store::Store::open(&home).await?;
-                            logs::run(&store, a).await
-                        }
-                        Command::Lint(_) | Command::Simulate(_) => Ok(Outcome::Success),
-                    }
-                }),
+                Ok(rt) => rt.block_on(dispatch(&home, command, cli.output)),
             }
         }
     };
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {
-            eprintln!("sluice: error: {e}");
+            output::say(format_args!("sluice: error: {e}"));
             e.outcome().into()
         }
+    }
+}
+
+/// The commands that use a home.
+async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Result<Outcome, Error> {
+    let path = home.path.as_path();
+    match command {
+        Command::Run(a) => run::run(path, a, format).await,
+        Command::Sweep(a) => sweep::sweep(path, a, format).await,
+        Command::Resume(a) => run::resume(home, a, format).await,
+        Command::Retry(a) => run::retry(home, a, format).await,
+        Command::Cancel(a) => run::cancel(home, a, format).await,
+        Command::Preempt(a) => run::preempt(home, a, format).await,
+        Command::Status(a) => {
+            let store = existing(home, &a.run).await?;
+            status::status(&store, a, format).await
+        }
+        Command::Runs(a) => match crate::store::Store::open_existing(path).await? {
+            Some(store) => status::runs(&store, a, format).await,
+            None => status::no_runs(home, format),
+        },
+        Command::Logs(a) => {
+            let store = existing(home, &a.run).await?;
+            logs::run(&store, a, format).await
+        }
+        Command::Lint(_) | Command::Simulate(_) | Command::Runtime { .. } => Ok(Outcome::Success),
+    }
+}
+
+/// The store of a home that must exist already (a command about run `run`): a missing home is
+/// no such run, exit 2, and is not created.
+pub(crate) async fn existing(home: &home::Home, run: &str) -> Result<crate::store::Store, Error> {
+    match crate::store::Store::open_existing(&home.path).await? {
+        Some(store) => Ok(store),
+        None => Err(Error::Usage(format!("no run '{run}': {}", home.missing()))),
     }
 }
 
@@ -173,7 +208,7 @@ fn init_logs(verbose: u8, format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(|| output::QuietStderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -49,3 +49,27 @@ fn ignore_broken_pipe(r: io::Result<()>) -> io::Result<()> {
         other => other,
     }
 }
+
+/// Writes one line on standard error. Unlike `eprintln!`, a closed or broken stream (the
+/// terminal went away with SIGHUP, `2>&1 | head -1`) is not a panic: the line is dropped.
+pub fn say(line: impl std::fmt::Display) {
+    let stderr = io::stderr();
+    let mut err = stderr.lock();
+    let _ = writeln!(err, "{line}");
+}
+
+/// Standard error for the log: a closed stream drops what is written instead of failing
+/// (tracing-subscriber answers a failed write with `eprintln!`, which panics on a broken pipe).
+pub struct QuietStderr;
+
+impl Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = io::stderr().flush();
+        Ok(())
+    }
+}

@@ -89,7 +89,7 @@ impl Watcher for Progress {
                 if let Some(r) = &row.reason {
                     line.push_str(&format!(": {r}"));
                 }
-                eprintln!("{line}");
+                super::output::say(line);
             }
             Progress::Quiet => {}
         }
@@ -114,7 +114,7 @@ impl Watcher for Progress {
             Progress::Lines(last) => {
                 if last.is_none_or(|t| t.elapsed() >= SWEEP_LINE_EVERY) {
                     *last = Some(std::time::Instant::now());
-                    eprintln!("{} {line}", clock());
+                    super::output::say(format_args!("{} {line}", clock()));
                 }
             }
             Progress::Quiet => {}
@@ -124,7 +124,7 @@ impl Watcher for Progress {
     fn note(&mut self, text: &str) {
         match self {
             Progress::Bar(b, _) => b.println(text),
-            Progress::Lines(_) => eprintln!("{} {text}", clock()),
+            Progress::Lines(_) => super::output::say(format_args!("{} {text}", clock())),
             Progress::Quiet => {}
         }
     }

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use tokio::sync::mpsc;
 
 use super::exit::{Error, Outcome};
-use super::output::{self, Format};
+use super::home::Home;
+use super::output::{self, Format, say};
 use super::progress::Progress;
 use super::status;
 use crate::dag;
 use crate::run::state::{run as rs, step as st};
-use crate::run::{self, Driver, Ending};
+use crate::run::{self, Driver, Ending, Interrupt};
 use crate::spec::model::Document;
 use crate::spec::{self, Diagnostic, params};
 use crate::store::Store;
@@ -42,11 +43,16 @@ pub struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct RunRef {
-    /// A run id, or an unambiguous prefix of one.
+    /// A run id, an unambiguous prefix of one, @latest (the newest run) or NAME@latest (the
+    /// newest run of that pipeline or sweep).
     pub run: String,
-    /// No progress on standard error (used by engines started with --detach).
+    /// No progress on standard error.
     #[arg(long, hide = true)]
     pub quiet: bool,
+    /// This engine was started by `run --detach`: SIGTERM and SIGHUP leave the run's steps
+    /// running for `resume` instead of cancelling it.
+    #[arg(long, hide = true)]
+    pub background: bool,
 }
 
 fn usage_with(diags: Vec<Diagnostic>) -> Outcome {
@@ -76,15 +82,24 @@ pub async fn start(
     format: Format,
 ) -> Result<Outcome, Error> {
     let shown = shown.to_owned();
-    let loaded = spec::load(&shown, text.clone());
-    if loaded.diagnostics.has_errors() {
-        let d = loaded.diagnostics.into_sorted();
+    let mut loaded = spec::load(&shown, text.clone());
+    let diagnostics = std::mem::take(&mut loaded.diagnostics);
+    if diagnostics.has_errors() {
+        let d = diagnostics.into_sorted();
         return Ok(usage_with(
             d.into_iter()
                 .filter(|d| d.severity == spec::Severity::Error)
                 .collect(),
         ));
     }
+    // What lint would warn about is said here too (`bayesianoptimization runs as tpe`).
+    output::diagnostics(
+        &diagnostics
+            .into_sorted()
+            .into_iter()
+            .filter(|d| d.severity == spec::Severity::Warning)
+            .collect::<Vec<_>>(),
+    );
     let candidates: Vec<&Document> = loaded
         .documents
         .iter()
@@ -191,6 +206,9 @@ pub async fn start(
             Some((cshown, ctext, spec, cloaded))
         }
     };
+    // Steps run under the runtime: one that cannot be found is an error now, not a failed
+    // step after the run has started.
+    runtime_found()?;
     let store = Store::open(home).await?;
     let from_cluster = match (&args.objects, &cluster) {
         (None, Some((_, _, _, cloaded))) => cluster_objects(cloaded),
@@ -238,6 +256,9 @@ pub async fn start(
             });
         }
     }
+    if cluster.is_none() {
+        warn_images(&shown, &text, pipeline);
+    }
     let document = (loaded.documents.len() > 1).then(|| pipeline.metadata.name.clone());
     let team = &pipeline.metadata.team;
     let max_queued = cluster.as_ref().and_then(|(_, _, spec, _)| {
@@ -283,9 +304,59 @@ pub async fn start(
         return Ok(Outcome::Success);
     }
     if format == Format::Text {
-        eprintln!("run {id} started ({} {})", pipeline.metadata.name, shown);
+        say(format_args!(
+            "run {id} started ({} {})",
+            pipeline.metadata.name, shown
+        ));
     }
-    drive(&store, &id, format, false).await
+    drive(&store, &id, format, false, true).await
+}
+
+/// Steps that name an `image` run on this machine, not in it: said once per run, at the
+/// first `image:` of the file, so that nobody believes their container was used.
+fn warn_images(shown: &str, text: &str, pipeline: &crate::spec::model::Pipeline) {
+    let mut images: Vec<&str> = pipeline
+        .steps
+        .iter()
+        .filter_map(|s| s.image.as_deref())
+        .collect();
+    images.sort_unstable();
+    images.dedup();
+    let Some(first) = images.first() else {
+        return;
+    };
+    let pos = text.lines().enumerate().find_map(|(i, line)| {
+        let col = line.find("image:")?;
+        let before = line[..col].trim_start_matches([' ', '-']);
+        before.is_empty().then_some(spec::Pos {
+            line: u32::try_from(i + 1).unwrap_or(u32::MAX),
+            column: u32::try_from(col + 1).unwrap_or(u32::MAX),
+        })
+    });
+    let more = match images.len() {
+        1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
+    let d = Diagnostic::error(
+        shown,
+        pos,
+        format!(
+            "steps name the image '{first}'{more}, which the local executor does not use: their commands run on this machine, with its own tools and files"
+        ),
+    )
+    .with_severity(spec::Severity::Warning)
+    .with_help("install what the steps need here; images are used when steps run on Kubernetes (a Cluster with executor: kubernetes)");
+    output::diagnostics(&[d]);
+}
+
+/// The runtime steps run under, or exit 3 saying why it cannot be found.
+fn runtime_found() -> Result<(), Error> {
+    run::launch::runtime_command()
+        .map(|_| ())
+        .map_err(|why| Error::Io {
+            context: "cannot run steps".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
+        })
 }
 
 /// Where `maxQueued` of team `team` is written in a Cluster file.
@@ -338,6 +409,7 @@ fn start_detached(home: &Path, id: &str) -> Result<(), Error> {
         .arg("--home")
         .arg(home)
         .arg("resume")
+        .arg("--background")
         .arg(id)
         .stdin(std::process::Stdio::null())
         .stdout(log)
@@ -352,12 +424,22 @@ fn start_detached(home: &Path, id: &str) -> Result<(), Error> {
 }
 
 /// Drives a run in the foreground until it ends; prints its status; maps it to an exit code.
-async fn drive(store: &Store, id: &str, format: Format, quiet: bool) -> Result<Outcome, Error> {
+async fn drive(
+    store: &Store,
+    id: &str,
+    format: Format,
+    quiet: bool,
+    foreground: bool,
+) -> Result<Outcome, Error> {
+    // Room held by runs whose engine died is given back before this one waits for it.
+    if let Err(e) = run::reap::collect(store, Some(id)).await {
+        tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
+    }
     let driver = match Driver::open(store.clone(), id).await? {
         Ok(d) => d,
         Err(Ending::Ended(state)) => {
             if !quiet {
-                eprintln!("run {id} already ended: {state}");
+                say(format_args!("run {id} already ended: {state}"));
             }
             return finish(store, id, format, &state, false).await;
         }
@@ -368,15 +450,7 @@ async fn drive(store: &Store, id: &str, format: Format, quiet: bool) -> Result<O
         }
         Err(Ending::Detached) => return Ok(Outcome::Interrupted),
     };
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while tokio::signal::ctrl_c().await.is_ok() {
-            INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
-            if tx.send(()).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = interrupts(foreground);
     let mut progress = Progress::new(quiet || format == Format::Json);
     let ending = driver.drive(&mut progress, Some(rx)).await;
     progress.finish();
@@ -412,28 +486,68 @@ async fn finish(
     })
 }
 
+/// Ctrl-C, SIGTERM and SIGHUP to a foreground engine, as presses: the first cancels the run
+/// cleanly, the second leaves its running steps to `sluice resume`. SIGTERM is what `kill` and
+/// service managers send; SIGHUP is a closed terminal (an SSH session that dropped): either way
+/// the engine is going away, and a run left `Running` with nobody driving it would hold the
+/// machine's pool. A background engine (`--detach`) told SIGTERM or SIGHUP stops driving and
+/// leaves its steps running for `sluice resume` (a shutdown should not throw work away); Ctrl-C
+/// does not reach it (it has its own process group).
+fn interrupts(foreground: bool) -> mpsc::UnboundedReceiver<Interrupt> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (tx, rx) = mpsc::unbounded_channel();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ] {
+        let Ok(mut stream) = signal(kind) else {
+            tracing::warn!("cannot listen for signal {kind:?}");
+            continue;
+        };
+        let tx = tx.clone();
+        let what = if foreground || kind == SignalKind::interrupt() {
+            Interrupt::Press
+        } else {
+            Interrupt::Detach
+        };
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+                if tx.send(what).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
 /// Set when this process saw a Ctrl-C (exit 130 rather than 1 for a cancelled run).
 pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-pub async fn resume(home: &Path, args: &RunRef, format: Format) -> Result<Outcome, Error> {
-    let store = Store::open(home).await?;
+pub async fn resume(home: &Home, args: &RunRef, format: Format) -> Result<Outcome, Error> {
+    let store = super::existing(home, &args.run).await?;
+    runtime_found()?;
     let id = store.resolve(&args.run).await?;
-    drive(&store, &id, format, args.quiet).await
+    drive(&store, &id, format, args.quiet, !args.background).await
 }
 
 /// `sluice retry RUN`: failed and cancelled steps go back to Pending with a fresh retry
 /// budget (their attempt numbers keep counting); the run is Running again under its id.
-pub async fn retry(home: &Path, args: &RunRef, format: Format) -> Result<Outcome, Error> {
-    let store = Store::open(home).await?;
+pub async fn retry(home: &Home, args: &RunRef, format: Format) -> Result<Outcome, Error> {
+    let store = super::existing(home, &args.run).await?;
     let id = store.resolve(&args.run).await?;
     let run = store.run(&id).await?;
     if run.state == rs::RUNNING {
-        return Err(Error::Usage(format!(
-            "run {id} is still running; retry it once it has ended"
-        )));
+        let how = match run::engine::gone(&run) {
+            Some(gone) => format!("{gone}; `sluice resume {id}` continues it"),
+            None => "retry it once it has ended".to_owned(),
+        };
+        return Err(Error::Usage(format!("run {id} is still running; {how}")));
     }
     if run.state == rs::SUCCEEDED {
-        eprintln!("run {id} succeeded: nothing to retry");
+        say(format_args!("run {id} succeeded: nothing to retry"));
         return Ok(Outcome::Success);
     }
     let mut steps = store.steps(&id).await?;
@@ -464,37 +578,76 @@ pub async fn retry(home: &Path, args: &RunRef, format: Format) -> Result<Outcome
     }
     store.reopen(&id, &again).await?;
     if format == Format::Text {
-        eprintln!("run {id}: retrying {} step(s)", again.len());
+        say(format_args!("run {id}: retrying {} step(s)", again.len()));
     }
-    drive(&store, &id, format, false).await
+    drive(&store, &id, format, false, true).await
 }
 
-/// `sluice cancel RUN`: asks the engine driving it to stop; with no engine alive, drives the
-/// cancellation itself.
-pub async fn cancel(home: &Path, args: &RunRef, format: Format) -> Result<Outcome, Error> {
-    let store = Store::open(home).await?;
-    let id = store.resolve(&args.run).await?;
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub run: RunRef,
+    /// Return once the cancellation is recorded, without waiting for the run's steps to stop.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// `sluice cancel RUN`: asks the engine driving it to stop and waits until the run has ended
+/// (its steps get SIGTERM, then the grace period); with no engine alive, or once its engine
+/// dies, carries the cancellation out itself.
+pub async fn cancel(home: &Home, args: &CancelArgs, format: Format) -> Result<Outcome, Error> {
+    let store = super::existing(home, &args.run.run).await?;
+    let id = store.resolve(&args.run.run).await?;
     let run = store.run(&id).await?;
     if run.state != rs::RUNNING {
-        eprintln!("run {id} already ended: {}", run.state);
+        say(format_args!("run {id} already ended: {}", run.state));
+        print_state(&id, &run.state, format)?;
         return Ok(Outcome::Success);
     }
     store.request_cancel(&id).await?;
-    // If no engine holds the run, this process carries the cancellation out.
-    match Driver::open(store.clone(), &id).await? {
-        Ok(driver) => {
-            let mut progress = Progress::new(format == Format::Json);
-            driver.drive(&mut progress, None).await?;
-            progress.finish();
+    let mut told = false;
+    loop {
+        // If no engine holds the run, this process carries the cancellation out.
+        match Driver::open(store.clone(), &id).await? {
+            Ok(driver) => {
+                let mut progress = Progress::new(format == Format::Json || args.run.quiet);
+                driver.drive(&mut progress, None).await?;
+                progress.finish();
+            }
+            Err(Ending::Busy(holder)) if !args.no_wait => {
+                if !told {
+                    told = true;
+                    say(format_args!(
+                        "run {id}: cancel requested; waiting for its engine {holder} to stop its steps"
+                    ));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                continue;
+            }
+            Err(Ending::Busy(holder)) => say(format_args!(
+                "run {id}: cancel requested; its engine {holder} stops it within a second"
+            )),
+            Err(_) => {}
         }
-        Err(_) => eprintln!("run {id}: cancel requested; its engine stops it within a second"),
+        break;
     }
+    let state = store.run(&id).await?.state;
+    print_state(&id, &state, format)?;
     Ok(Outcome::Success)
+}
+
+/// `{"id": RUN, "state": STATE}` (or `run RUN: STATE`) on standard output.
+fn print_state(id: &str, state: &str, format: Format) -> Result<(), Error> {
+    match format {
+        Format::Json => output::json(&serde_json::json!({ "id": id, "state": state })),
+        Format::Text => output::text(|out| writeln!(out, "run {id}: {state}")),
+    }
+    .map_err(Error::output)
 }
 
 #[derive(Debug, clap::Args)]
 pub struct PreemptArgs {
-    /// A run id, or an unambiguous prefix of one.
+    /// A run id, an unambiguous prefix of one, @latest or NAME@latest.
     pub run: String,
     /// The running step to preempt (`train`, `evaluate[1]`).
     pub step: String,
@@ -503,8 +656,8 @@ pub struct PreemptArgs {
 /// `sluice preempt RUN STEP`: asks the step's runtime to stop it as the scheduler would
 /// (SIGTERM, the grace period, SIGKILL, a final checkpoint sync); the engine queues it again
 /// at once and it resumes from that checkpoint, not counted against `retry.limit`.
-pub async fn preempt(home: &Path, args: &PreemptArgs, format: Format) -> Result<Outcome, Error> {
-    let store = Store::open(home).await?;
+pub async fn preempt(home: &Home, args: &PreemptArgs, format: Format) -> Result<Outcome, Error> {
+    let store = super::existing(home, &args.run).await?;
     let id = store.resolve(&args.run).await?;
     let steps = store.steps(&id).await?;
     let Some(step) = steps.iter().find(|s| s.name == args.step) else {
@@ -536,7 +689,7 @@ pub async fn preempt(home: &Path, args: &PreemptArgs, format: Format) -> Result<
     })?;
     match format {
         Format::Json => output::json(&serde_json::json!({
-            "run": id, "step": args.step, "attempt": attempt.number, "preempted": true,
+            "id": id, "state": rs::RUNNING, "step": args.step, "attempt": attempt.number,
         })),
         Format::Text => output::text(|out| {
             writeln!(

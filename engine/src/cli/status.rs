@@ -8,11 +8,12 @@ use serde::Serialize;
 
 use super::exit::{Error, Outcome};
 use super::output::{self, Format};
+use crate::run::state::run as rs;
 use crate::store::{RunRow, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// A run id, or an unambiguous prefix of one.
+    /// A run id, an unambiguous prefix of one, @latest or NAME@latest.
     pub run: String,
 }
 
@@ -21,12 +22,19 @@ pub struct RunsArgs {
     /// Only runs of this team.
     #[arg(long)]
     pub team: Option<String>,
-    /// Only runs in this state (Running, Succeeded, Failed, Cancelled).
+    /// Only runs in this state (Running, Succeeded, Failed, Cancelled; any case).
     #[arg(long)]
     pub state: Option<String>,
-    /// At most this many runs, newest first.
+    /// At most this many runs, newest first (0: all of them).
     #[arg(long, default_value_t = 20)]
     pub limit: i64,
+}
+
+/// A running run's engine: who holds its lease, and whether it still runs.
+#[derive(Debug, Serialize)]
+pub struct EngineView {
+    pub holder: Option<String>,
+    pub alive: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -39,6 +47,10 @@ pub struct RunView {
     pub ended_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Running runs: the engine driving it, and whether it is alive (a run whose engine died
+    /// stays Running until `sluice resume`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepView>>,
     /// Sweeps: the best trial and every trial.
@@ -89,6 +101,10 @@ fn summary(run: &RunRow) -> RunView {
         started_at: run.created_at.clone(),
         ended_at: run.ended_at.clone(),
         reason: run.reason.clone(),
+        engine: (run.state == rs::RUNNING).then(|| EngineView {
+            holder: run.lease_owner.clone(),
+            alive: crate::run::engine::gone(run).is_none(),
+        }),
         steps: None,
         best: None,
         trials: None,
@@ -136,7 +152,7 @@ pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Erro
             .map(|s| StepView {
                 name: s.name.clone(),
                 state: s.state.clone(),
-                reason: s.reason.clone(),
+                reason: collected_reason(s, &attempts).or_else(|| s.reason.clone()),
                 metrics: s
                     .metrics
                     .as_deref()
@@ -154,6 +170,27 @@ pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Erro
         v.sweep = Some(r);
     }
     Ok(v)
+}
+
+/// A running step whose attempt ended while no engine drove the run (its end was collected by
+/// another `sluice`): what follows is decided when the run is resumed.
+fn collected_reason(
+    s: &crate::store::StepRow,
+    attempts: &[crate::store::AttemptRow],
+) -> Option<String> {
+    if s.state != crate::run::state::step::RUNNING {
+        return None;
+    }
+    let a = attempts
+        .iter()
+        .filter(|a| a.step == s.name)
+        .max_by_key(|a| a.number)?;
+    (a.state != crate::run::state::attempt::RUNNING).then(|| {
+        format!(
+            "attempt {} ended ({}) while no engine drove the run; `sluice resume` carries on from it",
+            a.number, a.state
+        )
+    })
 }
 
 /// How many trials a table lists in full; beyond it, only the best ones.
@@ -190,6 +227,17 @@ pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
     )?;
     if let Some(reason) = &v.reason {
         writeln!(out, "  {reason}")?;
+    }
+    if let Some(e) = v.engine.as_ref().filter(|e| !e.alive) {
+        let whose = match &e.holder {
+            Some(h) => format!("its engine {h} is gone"),
+            None => "no engine drives it".to_owned(),
+        };
+        writeln!(
+            out,
+            "  {whose}: `sluice resume {}` continues it (steps still running are reattached, ended ones collected)",
+            v.id
+        )?;
     }
     let Some(steps) = &v.steps else {
         return Ok(());
@@ -292,6 +340,7 @@ fn write_trials(
 
 pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<Outcome, Error> {
     let id = store.resolve(&args.run).await?;
+    collect_quietly(store).await;
     let v = view(store, &id).await?;
     match format {
         Format::Json => output::json(&v),
@@ -301,31 +350,118 @@ pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<
     Ok(Outcome::Success)
 }
 
+/// Records the ends of attempts whose engine died (`run::reap`), so that what is shown is
+/// what happened; a store that cannot be written to still shows what it holds.
+async fn collect_quietly(store: &Store) {
+    if let Err(e) = crate::run::reap::collect(store, None).await {
+        tracing::info!("cannot collect the attempts of runs whose engine is gone: {e}");
+    }
+}
+
+const RUN_STATES: [&str; 4] = [rs::RUNNING, rs::SUCCEEDED, rs::FAILED, rs::CANCELLED];
+
+/// A `--state` as the store spells it (any case), or a usage error naming the states.
+fn run_state(given: &str) -> Result<&'static str, Error> {
+    if let Some(s) = RUN_STATES.iter().find(|s| s.eq_ignore_ascii_case(given)) {
+        return Ok(s);
+    }
+    let hint = crate::spec::diagnostic::nearest(
+        &given.to_ascii_lowercase(),
+        ["running", "succeeded", "failed", "cancelled"],
+    )
+    .and_then(|n| RUN_STATES.iter().find(|s| s.eq_ignore_ascii_case(n)))
+    .map(|n| format!(" (did you mean '{n}'?)"))
+    .unwrap_or_default();
+    Err(Error::Usage(format!(
+        "--state {given}: a run is {}{hint}",
+        RUN_STATES.join(", ")
+    )))
+}
+
 pub async fn runs(store: &Store, args: &RunsArgs, format: Format) -> Result<Outcome, Error> {
-    let runs = store
-        .runs(args.team.as_deref(), args.state.as_deref(), args.limit)
-        .await?;
+    let state = args.state.as_deref().map(run_state).transpose()?;
+    if args.limit < 0 {
+        return Err(Error::Usage(format!(
+            "--limit {}: give a number of runs (0 for all)",
+            args.limit
+        )));
+    }
+    collect_quietly(store).await;
+    let limit = if args.limit == 0 {
+        i64::MAX
+    } else {
+        args.limit
+    };
+    let runs = store.runs(args.team.as_deref(), state, limit).await?;
     let views: Vec<RunView> = runs.iter().map(summary).collect();
+    // Nothing matched: say whether there are runs at all, so that a filter is not taken for
+    // an empty home.
+    let all = if views.is_empty() {
+        store.runs(None, None, 1).await?.len()
+    } else {
+        views.len()
+    };
     match format {
         Format::Json => output::json(&views),
         Format::Text => output::text(|out| {
             if views.is_empty() {
-                return writeln!(out, "no runs yet");
+                if all == 0 {
+                    return writeln!(out, "no runs yet");
+                }
+                let mut filters = Vec::new();
+                if let Some(t) = &args.team {
+                    filters.push(format!("--team {t}"));
+                }
+                if let Some(s) = state {
+                    filters.push(format!("--state {s}"));
+                }
+                return writeln!(
+                    out,
+                    "no runs match {}; `sluice runs` lists every run",
+                    filters.join(" ")
+                );
             }
+            let state_of = |v: &RunView| match &v.engine {
+                Some(e) if !e.alive => format!("{} (engine gone)", v.state),
+                _ => v.state.clone(),
+            };
+            let states: Vec<String> = views.iter().map(state_of).collect();
+            let name_w = views.iter().map(|v| v.name.len()).max().unwrap_or(0).max(4);
+            let team_w = views.iter().map(|v| v.team.len()).max().unwrap_or(0).max(4);
+            let state_w = states.iter().map(String::len).max().unwrap_or(0).max(5);
             writeln!(
                 out,
-                "{:12}  {:24}  {:12}  {:9}  STARTED",
+                "{:12}  {:name_w$}  {:team_w$}  {:state_w$}  STARTED",
                 "ID", "NAME", "TEAM", "STATE"
             )?;
-            for v in &views {
+            for (v, state) in views.iter().zip(&states) {
                 writeln!(
                     out,
-                    "{:12}  {:24}  {:12}  {:9}  {}",
-                    v.id, v.name, v.team, v.state, v.started_at
+                    "{:12}  {:name_w$}  {:team_w$}  {:state_w$}  {}",
+                    v.id, v.name, v.team, state, v.started_at
+                )?;
+            }
+            if views
+                .iter()
+                .any(|v| v.engine.as_ref().is_some_and(|e| !e.alive))
+            {
+                writeln!(
+                    out,
+                    "(engine gone: its engine died; `sluice resume RUN` continues it)"
                 )?;
             }
             Ok(())
         }),
+    }
+    .map_err(Error::output)?;
+    Ok(Outcome::Success)
+}
+
+/// `sluice runs` where there is no home: nothing is created.
+pub fn no_runs(home: &super::home::Home, format: Format) -> Result<Outcome, Error> {
+    match format {
+        Format::Json => output::json(&Vec::<RunView>::new()),
+        Format::Text => output::text(|out| writeln!(out, "no runs yet ({})", home.missing())),
     }
     .map_err(Error::output)?;
     Ok(Outcome::Success)
