@@ -623,6 +623,8 @@ impl Driver {
         let mut last_reap = std::time::Instant::now();
         let mut presses = 0;
         loop {
+            // Nothing is decided or started over a home that is gone (one stat).
+            self.check_home()?;
             self.advance(watcher).await?;
             if let Some(state) = self.finished() {
                 self.end(&state, watcher).await?;

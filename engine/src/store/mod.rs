@@ -120,10 +120,20 @@ impl Store {
     }
 
     async fn connect(home: &Path, options: SqliteConnectOptions) -> Result<Store, Error> {
+        // The file is created by one connection of its own; the pool's connections never
+        // create one: a home deleted under a running engine must not come back as an empty
+        // database that the engine goes on writing into.
+        if !home.join("sluice.db").is_file() {
+            use sqlx::Connection;
+            let first =
+                sqlx::SqliteConnection::connect_with(&options.clone().create_if_missing(true))
+                    .await?;
+            first.close().await?;
+        }
         let pool: SqlitePool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(BUSY_TIMEOUT)
-            .connect_with(options)
+            .connect_with(options.create_if_missing(false))
             .await?;
         let store = Store {
             pool,
