@@ -161,7 +161,19 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
         cx.fields(
             p,
             "preemption",
-            &["withinTeam", "reclaimBorrowed", "gracePeriod"],
+            &[
+                "withinTeam",
+                "reclaimBorrowed",
+                "gracePeriod",
+                "acrossTeams",
+            ],
+        );
+        not_yet(
+            cx,
+            p,
+            "acrossTeams",
+            "preemption across teams",
+            "other teams' steps are preempted only to take back what they borrowed",
         );
         if let Some(w) = p.get("withinTeam") {
             scheduling.within_team =
@@ -301,6 +313,18 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
     })
 }
 
+/// A field the contract has that this version does not honour yet: an error saying so (not
+/// "unknown field", and never accepted and ignored).
+fn not_yet(cx: &mut Cx<'_>, node: &Node, key: &str, what: &str, without: &str) {
+    if let Some(e) = node.as_map().and_then(|m| m.iter().find(|e| e.key == key)) {
+        cx.d.error(
+            e.key_pos,
+            format!("'{key}' is not supported yet: {what} comes with a later version of sluice's scheduler"),
+        )
+        .help(format!("remove it to run with this version ({without})"));
+    }
+}
+
 fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
     cx.fields(
         node,
@@ -312,8 +336,16 @@ fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
             "borrowLimit",
             "maxTrialsPerMinute",
             "maxQueued",
+            "quotaPools",
         ],
     )?;
+    not_yet(
+        cx,
+        node,
+        "quotaPools",
+        "quotas per pool",
+        "a team's quota then holds in every pool",
+    );
     let Some(name) = node.get("name").and_then(|n| cx.string(n, "teams.name")) else {
         cx.d.error(node.pos, "a team needs a name");
         return None;
