@@ -114,7 +114,8 @@ fn lex(text: &str, scope: Scope<'_>) -> Lexed {
             _ => {
                 // A word runs to whitespace or an operator; `{{...}}` is taken whole.
                 while i < b.len() {
-                    if text[i..].starts_with("{{") {
+                    // Bytes, not `text[i..]`: `i` may be inside a character such as 'é'.
+                    if b[i..].starts_with(b"{{") {
                         match text[i..].find("}}") {
                             Some(j) => i += j + 2,
                             None => i = b.len(),
@@ -510,6 +511,31 @@ mod tests {
             .map(|r| (r.offset, r.reference.to_string()))
             .collect();
         assert_eq!(refs, vec![(46, "params.y".to_owned())]);
+    }
+
+    #[test]
+    fn words_may_hold_any_character() {
+        assert!(eval("é == é", ""));
+        assert!(eval("{{params.x}} == ünï", "ünï"));
+        let p = parse("é{{params.é}} = ü & ö \"open", Scope::default());
+        let offsets: Vec<usize> = p.expr.expect_err("bad").iter().map(|e| e.offset).collect();
+        assert_eq!(offsets, vec![16, 21, 26]);
+    }
+
+    proptest::proptest! {
+        /// No condition makes the parser panic, and every offset it reports is in the text.
+        #[test]
+        fn no_condition_panics(text in "[ -~éü\u{1F600}{}]{0,40}") {
+            let p = parse(&text, Scope::default());
+            if let Err(errors) = &p.expr {
+                for e in errors {
+                    proptest::prop_assert!(text.is_char_boundary(e.offset), "{e:?}");
+                }
+            }
+            for e in &p.template_errors {
+                proptest::prop_assert!(text.is_char_boundary(e.offset), "{e:?}");
+            }
+        }
     }
 
     #[test]
