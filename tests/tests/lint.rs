@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sluice_e2e::{TempDir, root, run_in};
+use sluice_e2e::{Sandbox, TempDir, root, run_in};
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -434,8 +434,53 @@ fn all_errors_of_several_files_are_reported_in_one_run() {
     assert_eq!(out.code, Some(2));
     assert_eq!(
         out.stderr,
-        "a.yaml:6:33: error: dependency cycle: x -> y -> x\n  help: a step cannot wait for itself; remove one of these needs\nb.yaml:2:7: error: unknown kind 'Pipline'\n  help: did you mean 'Pipeline'?\nsluice lint: 2 files, 2 documents: 2 errors\n"
+        "a.yaml:6:33: error: dependency cycle: x -> y -> x\n  help: a step cannot wait for itself; remove one of these needs\nb.yaml:2:7: error: unknown kind 'Pipline'\n  help: did you mean 'Pipeline'?\n  help: the rest of the document is checked as a Pipeline\nb.yaml:4:7: error: a pipeline needs 'steps'\n  help: add steps: a list of steps, each with a name and a run command\nsluice lint: 2 files, 2 documents: 3 errors\n"
     );
+}
+
+/// A misspelled kind is checked as the kind it is nearest to, but is still an error: `run`
+/// refuses the file with exit 2 and starts nothing, even when nothing else is wrong.
+#[test]
+fn a_misspelled_kind_is_checked_as_its_nearest_kind_and_never_runs() {
+    let sandbox = Sandbox::new("misspelled-kind");
+    sandbox.write(
+        "p.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Pipline\nmetadata: {name: p}\nspec:\n  steps:\n    - name: a\n      run: touch ran\n",
+    );
+    let out = sandbox.run(&["run", "p.yaml"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "p.yaml:2:7: error: unknown kind 'Pipline'\n  help: did you mean 'Pipeline'?"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(!sandbox.path().join("ran").exists(), "the step ran");
+
+    sandbox.write(
+        "q.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Pipline\nmetadata: {name: q}\nspec:\n  steps:\n    - name: a\n      rn: x\n",
+    );
+    let out = sandbox.run(&["lint", "q.yaml", "--output", "json"]);
+    assert_eq!(out.code, Some(2));
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    let messages: Vec<&str> = v["diagnostics"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|d| d["message"].as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "unknown kind 'Pipline'",
+            "step 'a' has nothing to run",
+            "unknown field 'rn' in step 'a'"
+        ]
+    );
+    // The document is listed as what it was checked as.
+    assert_eq!(v["files"][0]["documents"][0]["kind"], "Pipeline");
 }
 
 #[test]

@@ -7,9 +7,18 @@
 use std::time::Duration;
 
 use super::diagnostic::{Diagnostics, Pos};
-use super::template::{self, Template};
+use super::template::{self, Scope, Template};
 use super::units;
 use super::yaml::{Entry, Node, Source, Typed, Value};
+
+/// A templated field as read; its errors are reported. `template` holds every reference that
+/// parsed (a bad one is left as text) so that those are checked too; with errors it never
+/// runs, as the file does not validate.
+pub struct Templated {
+    pub template: Template,
+    /// No template error was found.
+    pub clean: bool,
+}
 
 pub struct Cx<'a> {
     pub src: &'a Source,
@@ -210,7 +219,9 @@ impl Cx<'_> {
         }
     }
 
-    /// A list of strings (each without templates).
+    /// A list of strings (each without templates): the good items, after reporting the
+    /// others, so that a bad item does not hide what is wrong with the rest (a `needs` entry
+    /// naming no step). `None` when it is not a list.
     pub fn string_list(
         &mut self,
         node: &Node,
@@ -222,41 +233,41 @@ impl Cx<'_> {
             return None;
         };
         let mut out = Vec::with_capacity(items.len());
-        let mut ok = true;
         for item in items {
-            match self.plain_string(item, field) {
-                Some(s) => out.push((s, item.pos)),
-                None => ok = false,
+            if let Some(s) = self.plain_string(item, field) {
+                out.push((s, item.pos));
             }
         }
-        ok.then_some(out)
+        Some(out)
     }
 
-    /// Parses a templated string, reporting template errors at their own column.
-    pub fn template(&mut self, node: &Node, field: &str) -> Option<Template> {
+    /// Parses a templated string, reporting every template error at its own column.
+    pub fn template(&mut self, node: &Node, field: &str, scope: Scope<'_>) -> Option<Templated> {
         let text = self.string(node, field)?;
-        self.template_of(node, &text)
+        Some(self.template_of(node, &text, scope))
     }
 
-    pub fn template_of(&mut self, node: &Node, text: &str) -> Option<Template> {
-        match Template::parse(text) {
-            Ok(mut t) => {
-                for part in &mut t.parts {
-                    if let template::Part::Ref(r) = part {
-                        r.pos = self.pos_in(node, text, r.offset, &r.raw);
-                    }
-                }
-                Some(t)
+    /// Parses `text`, the decoded text of `node`, to its end: one bad reference does not hide
+    /// the next, nor the references that parsed from the checks that follow.
+    pub fn template_of(&mut self, node: &Node, text: &str, scope: Scope<'_>) -> Templated {
+        let (mut template, errors) = Template::parse_partial(text, scope);
+        let clean = errors.is_empty();
+        self.template_errors(node, text, errors);
+        for part in &mut template.parts {
+            if let template::Part::Ref(r) = part {
+                r.pos = self.pos_in(node, text, r.offset, &r.raw);
             }
-            Err(errors) => {
-                for e in errors {
-                    let pos = self.pos_in(node, text, e.offset, &e.raw);
-                    let d = self.d.error(pos, e.message);
-                    if let Some(h) = e.help {
-                        d.help(h);
-                    }
-                }
-                None
+        }
+        Templated { template, clean }
+    }
+
+    /// Reports errors found in templates of `text`, the decoded text of `node`.
+    pub fn template_errors(&mut self, node: &Node, text: &str, errors: Vec<template::Error>) {
+        for e in errors {
+            let pos = self.pos_in(node, text, e.offset, &e.raw);
+            let d = self.d.error(pos, e.message);
+            if let Some(h) = e.help {
+                d.help(h);
             }
         }
     }

@@ -5,7 +5,7 @@
 //! and re-parsing), so a metric whose value has spaces or quotes cannot change the meaning
 //! of the expression. Two operands compare as numbers when both read as numbers.
 
-use super::template::{self, Ref, Template};
+use super::template::{self, Ref, Scope, Template};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
@@ -52,13 +52,17 @@ enum Tok {
     Or,
     Op(Op),
     Quoted(String),
-    Word(String),
+    /// A bare word as written, and its templates (offsets counted in the whole condition).
+    Word(String, Template),
 }
 
-fn lex(text: &str) -> Result<Vec<(usize, Tok)>, Error> {
+/// Splits the condition into tokens, going on past characters that cannot start one, so
+/// that every such mistake is reported; a quote never closed ends it.
+fn lex(text: &str, scope: Scope<'_>) -> Lexed {
+    let mut lexed = Lexed::default();
     let b = text.as_bytes();
     let mut i = 0;
-    let mut out = Vec::new();
+    let out = &mut lexed.toks;
     while i < b.len() {
         let c = b[i];
         let start = i;
@@ -85,18 +89,23 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, Error> {
                     b'&' => "write '&&' for 'and'",
                     _ => "write '||' for 'or'",
                 };
-                return Err(Error {
+                lexed.errors.push(Error {
                     offset: i,
                     message: format!("unexpected '{}' in condition", c as char),
                     help: Some(hint.into()),
                 });
+                i += 1;
+                continue;
             }
             b'\'' | b'"' => {
-                let close = text[i + 1..].find(c as char).ok_or_else(|| Error {
-                    offset: i,
-                    message: "unclosed quote in condition".into(),
-                    help: None,
-                })?;
+                let Some(close) = text[i + 1..].find(c as char) else {
+                    lexed.errors.push(Error {
+                        offset: i,
+                        message: "unclosed quote in condition".into(),
+                        help: None,
+                    });
+                    break;
+                };
                 let s = text[i + 1..i + 1 + close].to_owned();
                 i += close + 2;
                 out.push((start, Tok::Quoted(s)));
@@ -105,7 +114,8 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, Error> {
             _ => {
                 // A word runs to whitespace or an operator; `{{...}}` is taken whole.
                 while i < b.len() {
-                    if text[i..].starts_with("{{") {
+                    // Bytes, not `text[i..]`: `i` may be inside a character such as 'é'.
+                    if b[i..].starts_with(b"{{") {
                         match text[i..].find("}}") {
                             Some(j) => i += j + 2,
                             None => i = b.len(),
@@ -132,7 +142,20 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, Error> {
                     }
                     i += 1;
                 }
-                out.push((start, Tok::Word(text[start..i].to_owned())));
+                let word = &text[start..i];
+                let (mut t, errors) = Template::parse_partial(word, scope);
+                for part in &mut t.parts {
+                    if let template::Part::Ref(r) = part {
+                        r.offset += start;
+                    }
+                }
+                lexed
+                    .template_errors
+                    .extend(errors.into_iter().map(|mut e| {
+                        e.offset += start;
+                        e
+                    }));
+                out.push((start, Tok::Word(word.to_owned(), t)));
                 continue;
             }
         };
@@ -142,14 +165,20 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, Error> {
         };
         out.push((start, tok));
     }
-    Ok(out)
+    lexed
+}
+
+#[derive(Default)]
+struct Lexed {
+    toks: Vec<(usize, Tok)>,
+    errors: Vec<Error>,
+    template_errors: Vec<template::Error>,
 }
 
 struct ParserState {
     toks: Vec<(usize, Tok)>,
     at: usize,
     len: usize,
-    template_errors: Vec<template::Error>,
 }
 
 impl ParserState {
@@ -221,18 +250,9 @@ impl ParserState {
                 self.at += 1;
                 Ok(Operand::Quoted(s))
             }
-            Some((o, Tok::Word(w))) => {
+            Some((_, Tok::Word(_, t))) => {
                 self.at += 1;
-                match Template::parse(&w) {
-                    Ok(t) => Ok(Operand::Word(t)),
-                    Err(errs) => {
-                        self.template_errors.extend(errs.into_iter().map(|mut e| {
-                            e.offset += o;
-                            e
-                        }));
-                        Ok(Operand::Word(Template::default()))
-                    }
-                }
+                Ok(Operand::Word(t))
             }
             _ if offset >= self.len => {
                 // Point at what was left dangling, not at the end of the string.
@@ -253,8 +273,7 @@ impl ParserState {
     }
 }
 
-/// What parsing a condition gives: the expression, or its syntax error, plus any template
-/// errors found in its operands (reported with the template's own messages).
+/// How a token is named in a syntax error.
 fn describe(t: &Tok) -> String {
     match t {
         Tok::LParen => "'('".into(),
@@ -274,47 +293,62 @@ fn describe(t: &Tok) -> String {
             }
         ),
         Tok::Quoted(s) => format!("{s:?}"),
-        Tok::Word(w) => format!("'{w}'"),
+        Tok::Word(w, _) => format!("'{w}'"),
     }
 }
 
+/// What parsing a condition gives: the expression or its syntax errors, the errors of its
+/// templates (found in every word, whether or not the condition parses), and its words.
 pub struct Parsed {
-    pub expr: Result<Expr, Error>,
+    /// The condition, or what is wrong with it: every character that starts no token, else
+    /// the first syntax error.
+    pub expr: Result<Expr, Vec<Error>>,
     pub template_errors: Vec<template::Error>,
+    /// The bare words, in order, with the references that parsed in each: what a condition
+    /// that does not parse still refers to.
+    pub words: Vec<Template>,
 }
 
-pub fn parse(text: &str) -> Parsed {
-    let toks = match lex(text) {
-        Ok(t) => t,
-        Err(e) => {
-            return Parsed {
-                expr: Err(e),
-                template_errors: Vec::new(),
-            };
-        }
-    };
-    if toks.is_empty() {
+pub fn parse(text: &str, scope: Scope<'_>) -> Parsed {
+    let lexed = lex(text, scope);
+    let words = lexed
+        .toks
+        .iter()
+        .filter_map(|(_, t)| match t {
+            Tok::Word(_, t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let template_errors = lexed.template_errors;
+    if !lexed.errors.is_empty() {
         return Parsed {
-            expr: Err(Error {
+            expr: Err(lexed.errors),
+            template_errors,
+            words,
+        };
+    }
+    if lexed.toks.is_empty() {
+        return Parsed {
+            expr: Err(vec![Error {
                 offset: 0,
                 message: "empty condition".into(),
                 help: Some(
                     "write a comparison such as \"{{steps.train.metrics.accuracy}} >= 0.9\"".into(),
                 ),
-            }),
-            template_errors: Vec::new(),
+            }]),
+            template_errors,
+            words,
         };
     }
     let mut p = ParserState {
-        toks,
+        toks: lexed.toks,
         at: 0,
         len: text.len(),
-        template_errors: Vec::new(),
     };
     let expr = p.expr().and_then(|e| {
         if p.at < p.toks.len() {
             let operand = |t: Option<&(usize, Tok)>| {
-                matches!(t, Some((_, Tok::Word(_) | Tok::Quoted(_) | Tok::RParen)))
+                matches!(t, Some((_, Tok::Word(..) | Tok::Quoted(_) | Tok::RParen)))
             };
             let two_values = operand(p.toks.get(p.at - 1)) && operand(p.toks.get(p.at));
             Err(Error {
@@ -331,8 +365,9 @@ pub fn parse(text: &str) -> Parsed {
         }
     });
     Parsed {
-        expr,
-        template_errors: p.template_errors,
+        expr: expr.map_err(|e| vec![e]),
+        template_errors,
+        words,
     }
 }
 
@@ -465,7 +500,7 @@ mod tests {
     use super::*;
 
     fn eval(text: &str, acc: &str) -> bool {
-        let e = parse(text).expr.expect(text);
+        let e = parse(text, Scope::default()).expr.expect(text);
         let r: Result<bool, ()> = e.eval(&mut |_r| Ok(acc.to_owned()));
         r.expect("evaluates")
     }
@@ -499,19 +534,81 @@ mod tests {
 
     #[test]
     fn reports_syntax_errors_with_offsets() {
-        let e = parse("{{params.x}} = 3").expr.expect_err("bad");
-        assert_eq!(e.offset, 13);
-        let e = parse("(a == b").expr.expect_err("bad");
-        assert_eq!(e.message, "'(' is never closed");
-        let e = parse("a >=").expr.expect_err("bad");
+        let first = |text: &str| {
+            let mut e = parse(text, Scope::default()).expr.expect_err(text);
+            assert_eq!(e.len(), 1, "{text}: {e:?}");
+            e.remove(0)
+        };
+        assert_eq!(first("{{params.x}} = 3").offset, 13);
+        assert_eq!(first("(a == b").message, "'(' is never closed");
+        let e = first("a >=");
         assert_eq!(
             e.message,
             "the condition ends after '>=' where a value was expected"
         );
         assert_eq!(e.offset, 2);
-        let e = parse("a b").expr.expect_err("bad");
-        assert_eq!(e.offset, 2);
-        let p = parse("{{param.x}} > 1");
+        assert_eq!(first("a b").offset, 2);
+        let p = parse("{{param.x}} > 1", Scope::default());
         assert_eq!(p.template_errors.len(), 1);
+    }
+
+    #[test]
+    fn reports_every_stray_character_and_every_bad_template() {
+        let p = parse(
+            "{{inputs.parameters.lr}} = 1 & {{param.x}} == {{params.y}}",
+            Scope::default(),
+        );
+        let offsets: Vec<usize> = p.expr.expect_err("bad").iter().map(|e| e.offset).collect();
+        assert_eq!(offsets, vec![25, 29]);
+        let bad: Vec<(usize, &str)> = p
+            .template_errors
+            .iter()
+            .map(|e| (e.offset, e.raw.as_str()))
+            .collect();
+        assert_eq!(
+            bad,
+            vec![(0, "{{inputs.parameters.lr}}"), (31, "{{param.x}}")]
+        );
+        // The reference that parsed is kept, at its offset in the whole condition.
+        let refs: Vec<(usize, String)> = p
+            .words
+            .iter()
+            .flat_map(Template::refs)
+            .map(|r| (r.offset, r.reference.to_string()))
+            .collect();
+        assert_eq!(refs, vec![(46, "params.y".to_owned())]);
+    }
+
+    #[test]
+    fn words_may_hold_any_character() {
+        assert!(eval("é == é", ""));
+        assert!(eval("{{params.x}} == ünï", "ünï"));
+        let p = parse("é{{params.é}} = ü & ö \"open", Scope::default());
+        let offsets: Vec<usize> = p.expr.expect_err("bad").iter().map(|e| e.offset).collect();
+        assert_eq!(offsets, vec![16, 21, 26]);
+    }
+
+    proptest::proptest! {
+        /// No condition makes the parser panic, and every offset it reports is in the text.
+        #[test]
+        fn no_condition_panics(text in "[ -~éü\u{1F600}{}]{0,40}") {
+            let p = parse(&text, Scope::default());
+            if let Err(errors) = &p.expr {
+                for e in errors {
+                    proptest::prop_assert!(text.is_char_boundary(e.offset), "{e:?}");
+                }
+            }
+            for e in &p.template_errors {
+                proptest::prop_assert!(text.is_char_boundary(e.offset), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn template_errors_after_a_syntax_error_are_found() {
+        let p = parse("a b {{param.x}} > 1", Scope::default());
+        assert!(p.expr.is_err());
+        assert_eq!(p.template_errors.len(), 1);
+        assert_eq!(p.template_errors[0].offset, 4);
     }
 }

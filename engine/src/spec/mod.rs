@@ -31,6 +31,8 @@ pub const API_VERSION: &str = "sluice.dev/v1";
 pub const KATIB_API_VERSION: &str = "kubeflow.org/v1beta1";
 const KINDS: &[&str] = &["Pipeline", "Sweep", "Cluster", "Schedule", "Workload"];
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
+/// The one kind of Katib's API that sluice reads.
+const KATIB_KIND: &str = "Experiment";
 /// A Katib file may hold what `kubectl get -o yaml` writes: its `status` is not read.
 const KATIB_TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
 
@@ -121,26 +123,10 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
         }
         None => {}
     }
-    if katib {
-        if kind.0 != "Experiment" {
-            cx.d.error(
-                kind.1,
-                format!(
-                    "kind '{}' of {KATIB_API_VERSION} is not read by sluice",
-                    kind.0
-                ),
-            )
-            .help("sluice reads Katib experiments: kind: Experiment");
-            return None;
-        }
-    } else if !KINDS.contains(&kind.0.as_str()) {
-        let d = cx.d.error(kind.1, format!("unknown kind '{}'", kind.0));
-        d.suggest(&kind.0, KINDS.iter().copied());
-        if d.help.is_empty() {
-            d.help(format!("kinds are {}", KINDS.join(", ")));
-        }
-        return None;
-    }
+    let kind = (
+        known_kind(cx, kind.0, kind.1, api_version.as_ref())?,
+        kind.1,
+    );
     cx.fields(node, "", if katib { KATIB_TOP_FIELDS } else { TOP_FIELDS });
     let metadata = match node.get("metadata") {
         None => {
@@ -233,6 +219,93 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
     }))
 }
 
+/// The kind a document is validated as: `kind` itself when sluice knows it, else, after
+/// reporting it, the known kind it misspells (see [`misspelled`]), so that the document's
+/// other mistakes are found in the same run. `None` when it is far from every known kind.
+fn known_kind(
+    cx: &mut Cx<'_>,
+    kind: String,
+    pos: Pos,
+    api_version: Option<&(String, Pos)>,
+) -> Option<String> {
+    let katib = api_version.is_some_and(|(a, _)| a == KATIB_API_VERSION);
+    let known: &[&str] = if katib { &[KATIB_KIND] } else { KINDS };
+    if known.contains(&kind.as_str()) {
+        return Some(kind);
+    }
+    let d = if katib {
+        cx.d.error(
+            pos,
+            format!("kind '{kind}' of {KATIB_API_VERSION} is not read by sluice"),
+        )
+    } else {
+        cx.d.error(pos, format!("unknown kind '{kind}'"))
+    };
+    // A Schedule is not validated yet: there is nothing to check it against.
+    let meant = misspelled(&kind, known).filter(|k| *k != "Schedule");
+    match meant {
+        Some(k) => {
+            d.help(format!("did you mean '{k}'?"));
+            let article = if k.starts_with(['A', 'E', 'I', 'O', 'U']) {
+                "an"
+            } else {
+                "a"
+            };
+            d.help(format!(
+                "the rest of the document is checked as {article} {k}"
+            ));
+        }
+        None if katib => {
+            d.help(format!(
+                "sluice reads Katib experiments: kind: {KATIB_KIND}"
+            ));
+        }
+        None => match foreign_kind(&kind) {
+            Some(help) => {
+                d.help(help);
+            }
+            None => {
+                d.suggest(&kind, known.iter().copied());
+                if d.help.is_empty() {
+                    d.help(format!("kinds are {}", KINDS.join(", ")));
+                }
+            }
+        },
+    }
+    meant.map(str::to_owned)
+}
+
+/// What sluice calls a kind of the tools its users come from: a spelling suggestion
+/// (`Workflow`, `Workload`) would mislead there.
+fn foreign_kind(kind: &str) -> Option<String> {
+    Some(match kind {
+        "Workflow" | "WorkflowTemplate" => {
+            "Argo's Workflow is sluice's Pipeline: kind: Pipeline, with its steps under spec.steps"
+                .to_owned()
+        }
+        "CronWorkflow" => "a pipeline run on a schedule is kind: Schedule".to_owned(),
+        KATIB_KIND => format!("a Katib Experiment has apiVersion: {KATIB_API_VERSION}"),
+        _ => return None,
+    })
+}
+
+/// The known kind that `kind` is a misspelling of: at most two edits away (letters compared
+/// without case, a swap of two neighbours one edit) and nearer than any other. Farther
+/// kinds are not guessed at: validating Argo's `Workflow` as a sluice `Workload` would bury
+/// the one real mistake under errors about fields the author never meant to write.
+fn misspelled<'a>(kind: &str, known: &[&'a str]) -> Option<&'a str> {
+    let kind = kind.to_lowercase();
+    let mut by_distance: Vec<(usize, &'a str)> = known
+        .iter()
+        .map(|k| (strsim::osa_distance(&kind, &k.to_lowercase()), *k))
+        .collect();
+    by_distance.sort_unstable();
+    match by_distance.as_slice() {
+        [(d, k), rest @ ..] if *d <= 2 && rest.first().is_none_or(|(next, _)| next > d) => Some(*k),
+        _ => None,
+    }
+}
+
 fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
     let allowed: &[&str] = if katib {
         // With the fields the API server adds, which `kubectl get -o yaml` writes.
@@ -305,4 +378,31 @@ fn metadata(cx: &mut Cx<'_>, node: &Node, katib: bool) -> Option<Metadata> {
             .help("add name: a lowercase name such as nightly-train");
     }
     Some(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_misspelled_when_two_edits_or_fewer_away() {
+        assert_eq!(misspelled("Pipline", KINDS), Some("Pipeline"));
+        assert_eq!(misspelled("pipeline", KINDS), Some("Pipeline"));
+        assert_eq!(misspelled("Pipleine", KINDS), Some("Pipeline"));
+        assert_eq!(misspelled("Sweeep", KINDS), Some("Sweep"));
+        assert_eq!(misspelled("CLUSTER", KINDS), Some("Cluster"));
+        assert_eq!(misspelled("Workloads", KINDS), Some("Workload"));
+        assert_eq!(misspelled("Experimant", &[KATIB_KIND]), Some("Experiment"));
+        // Far from every kind: Argo's, Kubernetes', nonsense.
+        assert_eq!(misspelled("Workflow", KINDS), None);
+        assert_eq!(misspelled("Job", KINDS), None);
+        assert_eq!(misspelled("Pipe", KINDS), None);
+        assert_eq!(misspelled("", KINDS), None);
+    }
+
+    #[test]
+    fn a_kind_as_near_to_two_kinds_is_not_guessed() {
+        assert_eq!(misspelled("ab", &["abc", "abd"]), None);
+        assert_eq!(misspelled("ab", &["abc", "abde"]), Some("abc"));
+    }
 }

@@ -12,7 +12,7 @@ use super::diagnostic::Pos;
 use super::expr::{self, Expr, Operand};
 use super::model::*;
 use super::params;
-use super::template::{Ref, RefAt, Template};
+use super::template::{Ref, RefAt, Scope, Template};
 use super::units;
 use super::yaml::{Node, Typed, Value};
 
@@ -166,7 +166,7 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
     let mut first_at: HashMap<String, Pos> = HashMap::with_capacity(items.len());
     pipeline.steps.reserve_exact(items.len());
     for item in items {
-        let Some(step) = decode_step(cx, item, &defaults) else {
+        let Some(step) = decode_step(cx, item, &defaults, Scope::Params, &declared_params) else {
             continue;
         };
         if let Some(line) = first_at.get(&step.name) {
@@ -234,7 +234,7 @@ fn decode_defaults(cx: &mut Cx<'_>, node: &Node) -> Settings {
                     "defaults hold what every step shares: {}",
                     SHARED_FIELDS.join(", ")
                 ));
-        } else if !read_shared(cx, &mut s, &e.key, &e.value, "defaults.") {
+        } else if !read_shared(cx, &mut s, &e.key, &e.value, "defaults.", Scope::Params) {
             cx.d.error(e.key_pos, format!("unknown field '{}' in defaults", e.key))
                 .suggest(&e.key, SHARED_FIELDS.iter().copied());
         }
@@ -243,17 +243,24 @@ fn decode_defaults(cx: &mut Cx<'_>, node: &Node) -> Settings {
 }
 
 /// Reads one shared field into `s`; false if `key` is not a shared field.
-fn read_shared(cx: &mut Cx<'_>, s: &mut Settings, key: &str, v: &Node, prefix: &str) -> bool {
+fn read_shared(
+    cx: &mut Cx<'_>,
+    s: &mut Settings,
+    key: &str,
+    v: &Node,
+    prefix: &str,
+    scope: Scope<'_>,
+) -> bool {
     let f = |name: &str| format!("{prefix}{name}");
     match key {
-        "workdir" => s.workdir = cx.template(v, &f("workdir")),
-        "env" => read_env(cx, s, v, &f("env")),
+        "workdir" => s.workdir = cx.template(v, &f("workdir"), scope).map(|t| t.template),
+        "env" => read_env(cx, s, v, &f("env"), scope),
         "image" => s.image = cx.plain_string(v, &f("image")),
         "resources" => read_resources(cx, s, v, &f("resources")),
         "retry" => read_retry(cx, s, v, &f("retry")),
         "timeout" => s.timeout = cx.duration(v, &f("timeout")),
         "checkpoint" => s.checkpoint = read_checkpoint(cx, v, &f("checkpoint")),
-        "cache" => s.cache = read_cache(cx, v, &f("cache")),
+        "cache" => s.cache = read_cache(cx, v, &f("cache"), scope),
         "priority" => {
             s.priority = cx.plain_string(v, &f("priority"));
             if let Some(p) = &s.priority {
@@ -275,7 +282,7 @@ fn read_shared(cx: &mut Cx<'_>, s: &mut Settings, key: &str, v: &Node, prefix: &
     true
 }
 
-fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
+fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str, scope: Scope<'_>) {
     let Some(entries) = v.as_map() else {
         cx.expected(v, field, "a mapping of variable names to values");
         return;
@@ -298,10 +305,9 @@ fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
             continue;
         }
         let field = format!("{field}.{}", e.key);
-        if let Some(text) = cx.text(&e.value, &field)
-            && let Some(t) = cx.template_of(&e.value, &text)
-        {
-            s.env.insert(e.key.clone(), t);
+        if let Some(text) = cx.text(&e.value, &field) {
+            let t = cx.template_of(&e.value, &text, scope);
+            s.env.insert(e.key.clone(), t.template);
         }
     }
 }
@@ -454,7 +460,7 @@ fn read_checkpoint(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Dura
     }
 }
 
-fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Cache>> {
+fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str, scope: Scope<'_>) -> Option<Option<Cache>> {
     match &v.value {
         Value::Scalar(sc) => match sc.typed() {
             Typed::Bool(b) => Some(b.then(Cache::default)),
@@ -465,17 +471,23 @@ fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Cache>> {
         },
         Value::Map(_) => {
             let entries = cx.fields(v, field, &["key", "files"])?;
+            // A bad key does not hide a bad files list: both are read, whatever they hold.
             let mut cache = Cache::default();
             for e in entries {
                 match e.key.as_str() {
-                    "key" => cache.key = Some(cx.template(&e.value, &format!("{field}.key"))?),
+                    "key" => {
+                        cache.key = cx
+                            .template(&e.value, &format!("{field}.key"), scope)
+                            .map(|t| t.template);
+                    }
                     "files" => {
                         cache.files = cx
                             .string_list(
                                 &e.value,
                                 &format!("{field}.files"),
                                 "a list of file paths",
-                            )?
+                            )
+                            .unwrap_or_default()
                             .into_iter()
                             .map(|(s, _)| s)
                             .collect();
@@ -495,6 +507,11 @@ fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str) -> Option<Option<Cache>> {
 /// A sweep's `trial`: a step without a name (each trial is `trial[N]`), without `needs`,
 /// `forEach`, `when` or a nested `sweep`. Returns it named `trial`.
 pub(super) fn decode_trial(cx: &mut Cx<'_>, node: &Node) -> Option<Step> {
+    decode_trial_in(cx, node, Scope::Params)
+}
+
+/// A trial whose templates' parameters are named as `scope` says.
+pub(super) fn decode_trial_in(cx: &mut Cx<'_>, node: &Node, scope: Scope<'_>) -> Option<Step> {
     let Some(entries) = node.as_map() else {
         cx.expected(
             node,
@@ -544,14 +561,22 @@ pub(super) fn decode_trial(cx: &mut Cx<'_>, node: &Node) -> Option<Step> {
         );
     }
     // Forbidden fields were reported and are left out: the rest is still checked.
-    decode_step(cx, &named, &Settings::default())
+    decode_step(cx, &named, &Settings::default(), scope, &[])
 }
 
 fn all_step_fields() -> Vec<&'static str> {
     OWN_FIELDS.iter().chain(SHARED_FIELDS).copied().collect()
 }
 
-fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step> {
+/// Decodes one step. `scope` says what its templates' parameters are; `pipeline_params`
+/// holds the pipeline's declared parameters, which the trial of a `sweep:` may read.
+fn decode_step(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    defaults: &Settings,
+    scope: Scope<'_>,
+    pipeline_params: &[String],
+) -> Option<Step> {
     let allowed = all_step_fields();
     let Some(entries) = node.as_map() else {
         cx.expected(
@@ -561,17 +586,21 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
         );
         return None;
     };
+    // A step without a usable name is still read, so that its other mistakes are reported;
+    // it is left out of the pipeline afterwards.
     let name = match node.get("name") {
         None => {
             cx.d.error(node.pos, "a step needs a 'name'")
                 .help("add name: followed by a short lowercase name");
-            return None;
+            None
         }
-        Some(n) => {
-            let name = cx.string(n, "name")?;
-            cx.check_name(n, "step name", &name);
-            name
-        }
+        Some(n) => cx.string(n, "name").inspect(|name| {
+            cx.check_name(n, "step name", name);
+        }),
+    };
+    let label = match &name {
+        Some(name) => format!("step '{name}'"),
+        None => "a step without a name".to_owned(),
     };
     let mut own = Settings::default();
     let mut action_fields: Vec<(&str, Pos)> = Vec::new();
@@ -586,15 +615,19 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
             "name" => {}
             "run" => {
                 action_fields.push(("run", e.key_pos));
-                action = cx.template(v, "run").map(Action::Run).or(action);
+                action = cx
+                    .template(v, "run", scope)
+                    .map(|t| Action::Run(t.template))
+                    .or(action);
             }
             "command" => {
                 action_fields.push(("command", e.key_pos));
-                action = read_command(cx, v).map(Action::Command).or(action);
+                action = read_command(cx, v, scope).map(Action::Command).or(action);
             }
             "sweep" => {
                 action_fields.push(("sweep", e.key_pos));
-                action = read_sweep(cx, v, &name).or(action);
+                let step = name.as_deref().unwrap_or_default();
+                action = read_sweep(cx, v, step, pipeline_params).or(action);
             }
             "needs" => {
                 let mut seen: HashMap<String, Pos> = HashMap::new();
@@ -630,11 +663,13 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
                 }
             }
             // A broken forEach still makes a fan-out step: `{{item}}` in it is not a second error.
-            "forEach" => for_each = read_for_each(cx, v).or(Some(ForEach::Items(Vec::new()))),
-            "when" => when = read_when(cx, v),
+            "forEach" => {
+                for_each = read_for_each(cx, v, scope).or(Some(ForEach::Items(Vec::new())));
+            }
+            "when" => when = read_when(cx, v, scope),
             key => {
-                if !read_shared(cx, &mut own, key, v, "") {
-                    cx.d.error(e.key_pos, format!("unknown field '{key}' in step '{name}'"))
+                if !read_shared(cx, &mut own, key, v, "", scope) {
+                    cx.d.error(e.key_pos, format!("unknown field '{key}' in {label}"))
                         .suggest(key, allowed.iter().copied());
                 }
             }
@@ -642,18 +677,16 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
     }
     match action_fields.as_slice() {
         [] => {
-            cx.d.error(node.pos, format!("step '{name}' has nothing to run"))
+            cx.d.error(node.pos, format!("{label} has nothing to run"))
                 .help("add run: (a shell command line), command: (an argument list) or sweep:");
         }
         [_] => {}
         [(first, _), (second, pos), ..] => {
-            cx.d.error(
-                *pos,
-                format!("step '{name}' sets both '{first}' and '{second}'"),
-            )
-            .help("keep exactly one of run, command and sweep");
+            cx.d.error(*pos, format!("{label} sets both '{first}' and '{second}'"))
+                .help("keep exactly one of run, command and sweep");
         }
     }
+    let name = name?;
     let s = own.over(defaults);
     let retry_defaults = Retry::default();
     Some(Step {
@@ -691,7 +724,7 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
     })
 }
 
-fn read_command(cx: &mut Cx<'_>, v: &Node) -> Option<Vec<Template>> {
+fn read_command(cx: &mut Cx<'_>, v: &Node, scope: Scope<'_>) -> Option<Vec<Template>> {
     let Some(items) = v.as_seq() else {
         cx.expected(v, "command", "a list of arguments");
         if v.as_scalar().is_some() {
@@ -706,15 +739,17 @@ fn read_command(cx: &mut Cx<'_>, v: &Node) -> Option<Vec<Template>> {
             .help("give at least the program: command: [python3, train.py]");
         return None;
     }
+    // Every argument is read: a bad one does not hide the next.
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        let text = cx.text(item, "command")?;
-        out.push(cx.template_of(item, &text)?);
+        if let Some(text) = cx.text(item, "command") {
+            out.push(cx.template_of(item, &text, scope).template);
+        }
     }
     Some(out)
 }
 
-fn read_sweep(cx: &mut Cx<'_>, v: &Node, step: &str) -> Option<Action> {
+fn read_sweep(cx: &mut Cx<'_>, v: &Node, step: &str, pipeline_params: &[String]) -> Option<Action> {
     if v.as_map().is_none() {
         cx.expected(v, "sweep", "a mapping (the spec of a Sweep)");
         return None;
@@ -724,18 +759,21 @@ fn read_sweep(cx: &mut Cx<'_>, v: &Node, step: &str) -> Option<Action> {
         .and_then(Node::as_map)
         .map(|m| m.iter().map(|e| e.key.clone()).collect())
         .unwrap_or_default();
-    let sweep = super::sweep::decode_nested(cx, step, v).map(Box::new);
+    let sweep = super::sweep::decode_nested(cx, step, v, pipeline_params).map(Box::new);
     Some(Action::Sweep { params, sweep })
 }
 
-fn read_for_each(cx: &mut Cx<'_>, v: &Node) -> Option<ForEach> {
+fn read_for_each(cx: &mut Cx<'_>, v: &Node, scope: Scope<'_>) -> Option<ForEach> {
     const WHAT: &str = "a list, a list parameter ({{params.NAME}}) or an output reference \
                         ({{steps.STEP.outputs.NAME}})";
     match &v.value {
         Value::Seq(items) => Some(ForEach::Items(items.iter().map(Node::to_json).collect())),
         Value::Scalar(s) if matches!(s.typed(), Typed::Str(_)) => {
-            let t = cx.template_of(v, &s.text)?;
-            match t.single_ref() {
+            let t = cx.template_of(v, &s.text, scope);
+            if !t.clean {
+                return None;
+            }
+            match t.template.single_ref() {
                 Some(
                     r @ RefAt {
                         reference: Ref::Param(_) | Ref::Output { .. },
@@ -755,7 +793,7 @@ fn read_for_each(cx: &mut Cx<'_>, v: &Node) -> Option<ForEach> {
     }
 }
 
-fn read_when(cx: &mut Cx<'_>, v: &Node) -> Option<When> {
+fn read_when(cx: &mut Cx<'_>, v: &Node, scope: Scope<'_>) -> Option<When> {
     let text = match v.as_scalar().map(|s| s.typed()) {
         Some(Typed::Str(s)) => s.to_owned(),
         Some(Typed::Bool(b)) => {
@@ -776,41 +814,39 @@ fn read_when(cx: &mut Cx<'_>, v: &Node) -> Option<When> {
             return None;
         }
     };
-    let parsed = expr::parse(&text);
-    let mut ok = true;
-    for e in parsed.template_errors {
-        ok = false;
-        let pos = cx.pos_in(v, &text, e.offset, &e.raw);
-        let d = cx.d.error(pos, e.message);
-        if let Some(h) = e.help {
-            d.help(h);
-        }
-    }
-    match parsed.expr {
-        Ok(mut expr) => {
-            set_ref_positions(cx, v, &text, &mut expr);
-            ok.then_some(When { text, expr })
-        }
-        Err(e) => {
-            let tail: String = text[e.offset.min(text.len())..].chars().take(1).collect();
-            let pos = cx.pos_in(v, &text, e.offset, &tail);
-            let d = cx.d.error(pos, format!("when: {}", e.message));
-            if let Some(h) = e.help {
-                d.help(h);
+    let parsed = expr::parse(&text, scope);
+    cx.template_errors(v, &text, parsed.template_errors);
+    let mut expr = match parsed.expr {
+        Ok(expr) => expr,
+        Err(errors) => {
+            for e in errors {
+                let tail: String = text[e.offset.min(text.len())..].chars().take(1).collect();
+                let pos = cx.pos_in(v, &text, e.offset, &tail);
+                let d = cx.d.error(pos, format!("when: {}", e.message));
+                if let Some(h) = e.help {
+                    d.help(h);
+                }
             }
-            None
+            // What the condition refers to is still checked: its words, joined. It never
+            // runs, as the file has errors.
+            parsed
+                .words
+                .into_iter()
+                .map(|w| Expr::Operand(Operand::Word(w)))
+                .reduce(|a, b| Expr::And(Box::new(a), Box::new(b)))?
         }
-    }
+    };
+    set_ref_positions(cx, v, &text, &mut expr);
+    Some(When { text, expr })
 }
 
+/// Places each reference of the condition in the file, from its offset in the condition.
 fn set_ref_positions(cx: &mut Cx<'_>, v: &Node, text: &str, expr: &mut Expr) {
     let mut fix = |o: &mut Operand| {
         if let Operand::Word(t) = o {
             for part in &mut t.parts {
                 if let super::template::Part::Ref(r) = part {
-                    // Offsets inside a word are relative to the word; find the reference by text.
-                    let offset = text.find(&r.raw).unwrap_or(0);
-                    r.pos = cx.pos_in(v, text, offset, &r.raw);
+                    r.pos = cx.pos_in(v, text, r.offset, &r.raw);
                 }
             }
         }
@@ -1010,5 +1046,92 @@ fn check_ref(
             }
         }
         Ref::RunState | Ref::RunId | Ref::RunName | Ref::Team => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    /// References that are right in the pipeline below.
+    const GOOD: &[&str] = &[
+        "{{params.lr}}",
+        "{{run.id}}",
+        "{{steps.prep.outputs.data}}",
+        "x",
+    ];
+    /// References that are each exactly one mistake there.
+    const BAD: &[&str] = &[
+        "{{inputs.parameters.lr}}",
+        "{{params.nope}}",
+        "{{param.lr}}",
+        "{{steps.nope.outputs.x}}",
+        "{{tasks.prep.outputs.parameters.data}}",
+        "{{workflow.name}}",
+        "{{steps.prep.outputs.model}}",
+    ];
+
+    fn token() -> impl Strategy<Value = (bool, &'static str)> {
+        prop_oneof![
+            prop::sample::select(GOOD).prop_map(|t| (false, t)),
+            prop::sample::select(BAD).prop_map(|t| (true, t)),
+        ]
+    }
+
+    /// The columns (from 1) where the bad tokens start once joined by `sep` after `prefix`.
+    fn bad_columns(prefix: &str, tokens: &[(bool, &str)], sep: &str) -> Vec<u32> {
+        let mut at = prefix.len();
+        let mut out = Vec::new();
+        for (bad, t) in tokens {
+            if *bad {
+                out.push(at as u32 + 1);
+            }
+            at += t.len() + sep.len();
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// However bad templates and good ones mix in a `run` line, a `when` condition and a
+        /// `command`, each bad one is reported once at its own column and nothing else is.
+        #[test]
+        fn every_bad_template_of_a_field_is_reported_at_its_column(
+            tokens in prop::collection::vec(token(), 1..8),
+        ) {
+            let words: Vec<&str> = tokens.iter().map(|(_, t)| *t).collect();
+            let run_prefix = "      run: \"";
+            let when_prefix = "      when: \"";
+            let run = format!("{run_prefix}{}\"", words.join(" "));
+            let when = format!("{when_prefix}{}\"", words.join(" && "));
+            let args: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+            let command_prefix = "      command: [";
+            let command = format!("{command_prefix}{}]", args.join(", "));
+            let text = format!(
+                "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: p}}\nspec:\n  \
+                 params:\n    lr: {{type: float, default: 0.1}}\n  steps:\n    - name: prep\n      \
+                 run: python prep.py\n      outputs: [data]\n    - name: train\n      \
+                 needs: [prep]\n{run}\n{when}\n    - name: evaluate\n      needs: [prep]\n\
+                 {command}\n"
+            );
+            let loaded = crate::spec::load("p.yaml", text);
+            let found: Vec<(u32, u32)> = loaded
+                .diagnostics
+                .into_sorted()
+                .iter()
+                .map(|d| d.pos.map_or((0, 0), |p| (p.line, p.column)))
+                .collect();
+            let mut expected: Vec<(u32, u32)> = Vec::new();
+            expected.extend(bad_columns(run_prefix, &tokens, " ").into_iter().map(|c| (13, c)));
+            expected.extend(bad_columns(when_prefix, &tokens, " && ").into_iter().map(|c| (14, c)));
+            // Each argument is quoted: its template starts one column after its quote.
+            let quoted: Vec<(bool, &str)> =
+                tokens.iter().zip(&args).map(|((b, _), a)| (*b, a.as_str())).collect();
+            expected.extend(
+                bad_columns(command_prefix, &quoted, ", ").into_iter().map(|c| (17, c + 1)),
+            );
+            prop_assert_eq!(found, expected);
+        }
     }
 }

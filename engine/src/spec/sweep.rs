@@ -7,7 +7,7 @@ use super::decode::Cx;
 use super::model::{
     Budget, EarlyStopping, Goal, Metadata, Objective, Sweep, SweepAlgorithm, SweepParam,
 };
-use super::template::Ref;
+use super::template::{Ref, Scope};
 use super::yaml::Node;
 
 const FIELDS: &[&str] = &[
@@ -24,21 +24,33 @@ const PARAM_TYPES: &[&str] = &["float", "int", "categorical"];
 /// Decodes a Sweep's `spec`; None when a required part is missing or wrong (every problem is
 /// reported either way).
 pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Option<Sweep> {
-    decode_in(cx, metadata, spec, false)
+    decode_in(cx, metadata, spec, None)
 }
 
 /// Decodes the `sweep:` of a pipeline step: there the trial may also read the pipeline's
-/// parameters, as `{{pipeline.params.NAME}}`.
-pub fn decode_nested(cx: &mut Cx<'_>, step: &str, spec: &Node) -> Option<Sweep> {
+/// parameters (`pipeline_params`, the names declared), as `{{pipeline.params.NAME}}`.
+pub fn decode_nested(
+    cx: &mut Cx<'_>,
+    step: &str,
+    spec: &Node,
+    pipeline_params: &[String],
+) -> Option<Sweep> {
     let metadata = Metadata {
         name: step.to_owned(),
         team: "default".into(),
         labels: BTreeMap::new(),
     };
-    decode_in(cx, metadata, spec, true)
+    decode_in(cx, metadata, spec, Some(pipeline_params))
 }
 
-fn decode_in(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node, nested: bool) -> Option<Sweep> {
+/// `pipeline_params` is `Some` for a sweep step's sweep.
+fn decode_in(
+    cx: &mut Cx<'_>,
+    metadata: Metadata,
+    spec: &Node,
+    pipeline_params: Option<&[String]>,
+) -> Option<Sweep> {
+    let nested = pipeline_params.is_some();
     cx.fields(spec, "spec", FIELDS)?;
     let required = |cx: &mut Cx<'_>, key: &str, example: &str| {
         let node = spec.get(key);
@@ -68,20 +80,32 @@ fn decode_in(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node, nested: bool) -> 
     let early_stopping = spec
         .get("earlyStopping")
         .and_then(|n| early_stopping(cx, n));
+    // Every parameter declared, valid or not: a trial's reference to one with an error is not
+    // a second error, and one to a name never declared is found even when others are bad.
+    let declared: Option<Vec<String>> = spec
+        .get("params")
+        .and_then(Node::as_map)
+        .map(|m| m.iter().map(|e| e.key.clone()).collect());
+    let scope = match pipeline_params {
+        Some(pipeline) => Scope::Trial {
+            sweep: declared.as_deref().unwrap_or_default(),
+            pipeline,
+        },
+        None => Scope::Params,
+    };
     let trial = required(cx, "trial", "{run: python train.py --lr {{params.lr}}}")
-        .and_then(|n| super::pipeline::decode_trial(cx, n));
-    if let (Some(trial), Some(params)) = (&trial, &params) {
+        .and_then(|n| super::pipeline::decode_trial_in(cx, n, scope));
+    if let (Some(trial), Some(declared)) = (&trial, &declared) {
         for r in trial.refs() {
             match &r.reference {
-                Ref::Param(name) if !params.contains_key(name) => {
+                Ref::Param(name) if !declared.contains(name) => {
                     let d = cx.d.error(
                         r.pos,
                         format!("{}: the sweep has no parameter '{name}'", r.raw),
                     );
-                    d.suggest(name, params.keys().map(String::as_str));
-                    if d.help.is_empty() {
-                        let names: Vec<&str> = params.keys().map(String::as_str).collect();
-                        d.help(format!("its parameters are: {}", names.join(", ")));
+                    d.suggest(name, declared.iter().map(String::as_str));
+                    if d.help.is_empty() && !declared.is_empty() {
+                        d.help(format!("its parameters are: {}", declared.join(", ")));
                     }
                 }
                 Ref::Param(_) | Ref::RunId | Ref::RunName | Ref::Team => {}
@@ -193,6 +217,9 @@ fn params(cx: &mut Cx<'_>, node: &Node) -> Option<BTreeMap<String, SweepParam>> 
     ok.then_some(out)
 }
 
+/// One searched parameter. Each problem is reported, not only the first: a bad scale does
+/// not hide bad bounds, nor one misplaced key the next. A check that needs a value another
+/// check refused is skipped (a step's range needs valid bounds).
 fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
     let field = format!("params.{name}");
     cx.fields(
@@ -206,31 +233,36 @@ fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
         return None;
     };
     let ty = cx.string(t, &format!("{field}.type"))?;
-    let log = match node.get("scale") {
-        None => false,
-        Some(s) => match cx.string(s, &format!("{field}.scale")).as_deref() {
-            Some("log") => true,
-            Some("linear") => false,
-            Some(other) => {
-                cx.d.error(
-                    s.pos,
-                    format!("{field}.scale '{other}' is not linear or log"),
-                )
-                .suggest(other, ["linear", "log"]);
-                return None;
-            }
-            None => return None,
-        },
-    };
+    let mut ok = true;
     match ty.as_str() {
         "float" | "int" => {
+            let log = match node.get("scale") {
+                None => false,
+                Some(s) => match cx.string(s, &format!("{field}.scale")).as_deref() {
+                    Some("log") => true,
+                    Some("linear") => false,
+                    Some(other) => {
+                        cx.d.error(
+                            s.pos,
+                            format!("{field}.scale '{other}' is not linear or log"),
+                        )
+                        .suggest(other, ["linear", "log"]);
+                        ok = false;
+                        false
+                    }
+                    None => {
+                        ok = false;
+                        false
+                    }
+                },
+            };
             if let Some(v) = node.get("values") {
                 cx.d.error(
                     v.pos,
                     format!("{field}: values are for categorical parameters"),
                 )
                 .help("give min and max (and step) for a number");
-                return None;
+                ok = false;
             }
             let bound = |cx: &mut Cx<'_>, key: &str| match node.get(key) {
                 Some(n) => cx.number(n, &format!("{field}.{key}")).map(|v| (v, n.pos)),
@@ -241,31 +273,40 @@ fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
                 }
             };
             let (min, max) = (bound(cx, "min"), bound(cx, "max"));
-            let ((min, _), (max, max_pos)) = (min?, max?);
-            if min >= max {
-                cx.d.error(
-                    max_pos,
-                    format!("{field}: max ({max}) must be above min ({min})"),
-                );
-                return None;
+            // The bounds, when both are numbers in order: what a step is measured against.
+            let mut range = None;
+            if let (Some((lo, _)), Some((hi, hi_pos))) = (min, max) {
+                if lo >= hi {
+                    cx.d.error(
+                        hi_pos,
+                        format!("{field}: max ({hi}) must be above min ({lo})"),
+                    );
+                } else {
+                    range = Some((lo, hi));
+                }
             }
-            if log && min <= 0.0 {
+            if log
+                && let Some((lo, _)) = min
+                && lo <= 0.0
+            {
                 cx.d.error(
                     node.pos,
-                    format!("{field}: a log scale needs min above 0 (it is {min})"),
+                    format!("{field}: a log scale needs min above 0 (it is {lo})"),
                 )
                 .help("use scale: linear, or a small positive min such as 1.0e-6");
-                return None;
+                ok = false;
             }
             let step = match node.get("step") {
                 Some(s) => {
-                    let v = cx.number(s, &format!("{field}.step"))?;
-                    if v <= 0.0 || v > max - min {
+                    let v = cx.number(s, &format!("{field}.step"));
+                    if let Some(v) = v
+                        && (v <= 0.0 || range.is_some_and(|(lo, hi)| v > hi - lo))
+                    {
                         cx.d.error(
                             s.pos,
                             format!("{field}.step must be above 0 and at most max - min"),
                         );
-                        return None;
+                        ok = false;
                     }
                     if log {
                         cx.d.error(
@@ -273,21 +314,28 @@ fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
                             format!("{field}: step and scale: log do not go together"),
                         )
                         .help("a log scale is searched continuously; remove step or the scale");
-                        return None;
+                        ok = false;
                     }
-                    Some(v)
+                    ok &= v.is_some();
+                    v
                 }
                 None => None,
             };
             if ty == "int" {
                 let whole = |v: f64| v.fract() == 0.0 && v.abs() < 9.0e15;
-                if !whole(min) || !whole(max) || step.is_some_and(|s| !whole(s)) {
+                if min.is_some_and(|(v, _)| !whole(v))
+                    || max.is_some_and(|(v, _)| !whole(v))
+                    || step.is_some_and(|s| !whole(s))
+                {
                     cx.d.error(
                         node.pos,
                         format!("{field}: an int parameter needs whole min, max and step"),
                     );
-                    return None;
+                    ok = false;
                 }
+            }
+            let (min, max) = range.filter(|_| ok)?;
+            if ty == "int" {
                 Some(SweepParam::Int {
                     min: min as i64,
                     max: max as i64,
@@ -311,7 +359,7 @@ fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
                         format!("{field}: {key} is for float and int parameters"),
                     )
                     .help("a categorical parameter lists its values");
-                    return None;
+                    ok = false;
                 }
             }
             let Some(v) = node.get("values") else {
@@ -334,11 +382,11 @@ fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
                             &format!("{field}.values"),
                             "a value (a string or a number)",
                         );
-                        return None;
+                        ok = false;
                     }
                 }
             }
-            if listed.is_empty() {
+            if items.is_empty() {
                 cx.d.error(v.pos, format!("{field}: values is empty"))
                     .help("list at least one value");
                 return None;
@@ -347,10 +395,10 @@ fn param(cx: &mut Cx<'_>, name: &str, node: &Node) -> Option<SweepParam> {
             for (value, pos) in &listed {
                 if !seen.insert(value) {
                     cx.d.error(*pos, format!("{field}: value '{value}' is listed twice"));
-                    return None;
+                    ok = false;
                 }
             }
-            Some(SweepParam::Categorical {
+            ok.then(|| SweepParam::Categorical {
                 values: listed.into_iter().map(|(v, _)| v).collect(),
             })
         }
@@ -376,7 +424,13 @@ fn algorithm(
             .help(format!("add name: one of {}", ALGORITHMS.join(", ")));
         return None;
     };
-    let name = cx.string(n, "algorithm.name")?;
+    let name = cx.string(n, "algorithm.name");
+    // The seed means the same to every algorithm: checked even when the name is wrong.
+    let seed = node
+        .get("seed")
+        .and_then(|s| cx.uint(s, "algorithm.seed", 0))
+        .unwrap_or(0);
+    let name = name?;
     if !ALGORITHMS.contains(&name.as_str()) {
         let d = cx.d.error(n.pos, format!("unknown algorithm '{name}'"));
         d.suggest(&name, ALGORITHMS.iter().copied());
@@ -385,10 +439,6 @@ fn algorithm(
         }
         return None;
     }
-    let seed = node
-        .get("seed")
-        .and_then(|s| cx.uint(s, "algorithm.seed", 0))
-        .unwrap_or(0);
     let mut alg = SweepAlgorithm {
         name: name.clone(),
         seed,
@@ -524,22 +574,24 @@ fn budget(cx: &mut Cx<'_>, node: &Node, grid: bool) -> Option<Budget> {
 
 fn early_stopping(cx: &mut Cx<'_>, node: &Node) -> Option<EarlyStopping> {
     cx.fields(node, "earlyStopping", &["name", "minTrials", "startStep"])?;
-    match node.get("name") {
+    let named = match node.get("name") {
         None => {
             cx.d.error(node.pos, "earlyStopping needs 'name'")
                 .help("add name: median");
-            return None;
+            false
         }
-        Some(n) => {
-            let name = cx.string(n, "earlyStopping.name")?;
-            if name != "median" {
+        Some(n) => match cx.string(n, "earlyStopping.name") {
+            Some(name) if name == "median" => true,
+            Some(name) => {
                 cx.d.error(n.pos, format!("unknown early stopping rule '{name}'"))
                     .help("the rule is median");
-                return None;
+                false
             }
-        }
-    }
-    Some(EarlyStopping {
+            None => false,
+        },
+    };
+    // The rule's settings are checked whatever its name.
+    let stopping = EarlyStopping {
         min_trials: node
             .get("minTrials")
             .and_then(|n| cx.uint(n, "earlyStopping.minTrials", 1))
@@ -548,5 +600,6 @@ fn early_stopping(cx: &mut Cx<'_>, node: &Node) -> Option<EarlyStopping> {
             .get("startStep")
             .and_then(|n| cx.uint(n, "earlyStopping.startStep", 0))
             .unwrap_or(3),
-    })
+    };
+    named.then_some(stopping)
 }

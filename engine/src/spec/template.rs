@@ -108,7 +108,20 @@ impl Template {
         }
     }
 
+    /// Parses a templated string; every bad reference is an error.
     pub fn parse(text: &str) -> Result<Self, Vec<Error>> {
+        let (template, errors) = Self::parse_partial(text, Scope::default());
+        if errors.is_empty() {
+            Ok(template)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Parses a templated string to its end whatever it finds: the template holds every
+    /// reference that parsed (a bad one stays as text), so that they are checked too, and the
+    /// errors list every bad one. `scope` says which sluice reference an Argo-style one meant.
+    pub fn parse_partial(text: &str, scope: Scope<'_>) -> (Self, Vec<Error>) {
         let mut parts = Vec::new();
         let mut errors = Vec::new();
         let mut buf = String::new();
@@ -132,11 +145,11 @@ impl Template {
                     message: "unclosed template: '{{' without '}}'".into(),
                     help: Some("write \\{{ for a literal {{".into()),
                 });
-                rest = "";
+                rest = &rest[i..];
                 break;
             };
             let raw = format!("{{{{{}}}}}", &after[..close]);
-            match parse_ref(after[..close].trim()) {
+            match parse_ref(after[..close].trim(), scope) {
                 Ok(reference) => {
                     if !buf.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut buf)));
@@ -148,12 +161,15 @@ impl Template {
                         pos: Pos::START,
                     }));
                 }
-                Err((message, help)) => errors.push(Error {
-                    offset: open,
-                    raw,
-                    message,
-                    help,
-                }),
+                Err((message, help)) => {
+                    buf.push_str(&raw);
+                    errors.push(Error {
+                        offset: open,
+                        raw,
+                        message,
+                        help,
+                    });
+                }
             }
             rest = &after[close + 2..];
             at = open + 2 + close + 2;
@@ -162,11 +178,7 @@ impl Template {
         if !buf.is_empty() {
             parts.push(Part::Text(buf));
         }
-        if errors.is_empty() {
-            Ok(Self { parts })
-        } else {
-            Err(errors)
-        }
+        (Self { parts }, errors)
     }
 
     pub fn refs(&self) -> impl Iterator<Item = &RefAt> {
@@ -213,9 +225,81 @@ impl fmt::Display for Template {
     }
 }
 
+/// Where a template is written, as far as parameters go: what `{{params.NAME}}` names there
+/// decides which sluice reference an Argo-style `{{inputs.parameters.NAME}}` meant.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Scope<'a> {
+    /// A pipeline's step or a Sweep file's trial: parameters are `{{params.NAME}}`.
+    #[default]
+    Params,
+    /// A sweep step's trial: its sweep's parameters are `{{params.NAME}}`, the pipeline's
+    /// `{{pipeline.params.NAME}}`. Each list holds the names declared, valid or not.
+    Trial {
+        sweep: &'a [String],
+        pipeline: &'a [String],
+    },
+}
+
+impl Scope<'_> {
+    /// The sluice reference to parameter `name`; `workflow` when Argo named it as a parameter
+    /// of the whole workflow (`{{workflow.parameters.NAME}}`) rather than of the template.
+    fn param(self, name: &str, workflow: bool) -> String {
+        match self {
+            Scope::Params => format!("params.{name}"),
+            Scope::Trial { sweep, pipeline } => {
+                let of_sweep = sweep.iter().any(|s| s == name);
+                let of_pipeline = pipeline.iter().any(|p| p == name);
+                // A name declared in only one place is that one; otherwise Argo's own
+                // words decide: a workflow's parameter is the pipeline's.
+                let pipeline_param = match (of_sweep, of_pipeline) {
+                    (true, false) => false,
+                    (false, true) => true,
+                    _ => workflow,
+                };
+                if pipeline_param {
+                    format!("pipeline.params.{name}")
+                } else {
+                    format!("params.{name}")
+                }
+            }
+        }
+    }
+}
+
 type RefError = (String, Option<String>);
 
-fn parse_ref(inner: &str) -> Result<Ref, RefError> {
+/// The help for a reference written as Argo writes it, naming the sluice form meant; `None`
+/// when `segs` is not an Argo reference that sluice has an equivalent for.
+fn argo(segs: &[&str], scope: Scope<'_>) -> Option<String> {
+    let meant = match segs {
+        ["inputs", "parameters", n] => scope.param(n, false),
+        ["workflow", "parameters", n] => scope.param(n, true),
+        // Argo's output parameters and artifacts are both a step's outputs here.
+        [
+            "steps" | "tasks",
+            s,
+            "outputs",
+            "parameters" | "artifacts",
+            n,
+        ] => {
+            format!("steps.{s}.outputs.{n}")
+        }
+        ["tasks", s, kind @ ("outputs" | "metrics"), n] => format!("steps.{s}.{kind}.{n}"),
+        ["workflow", "name"] => "run.name".into(),
+        ["workflow", "uid"] => "run.id".into(),
+        ["workflow", "status"] => "run.state".into(),
+        ["workflow", "namespace"] => "team".into(),
+        ["inputs", "artifacts", n] => {
+            return Some(format!(
+                "a step reads an upstream step's artifact as '{{{{steps.STEP.outputs.{n}}}}}'"
+            ));
+        }
+        _ => return None,
+    };
+    Some(format!("did you mean '{{{{{meant}}}}}'?"))
+}
+
+fn parse_ref(inner: &str, scope: Scope<'_>) -> Result<Ref, RefError> {
     let unknown = |hint: Option<String>| -> RefError {
         (
             format!("unknown template '{{{{{inner}}}}}'"),
@@ -228,6 +312,9 @@ fn parse_ref(inner: &str) -> Result<Ref, RefError> {
     let segs: Vec<&str> = inner.split('.').map(str::trim).collect();
     if segs.iter().any(|s| s.is_empty()) {
         return Err(unknown(None));
+    }
+    if let Some(hint) = argo(&segs, scope) {
+        return Err(unknown(Some(hint)));
     }
     let name = |s: &str| s.to_owned();
     match segs.as_slice() {
@@ -263,6 +350,13 @@ fn parse_ref(inner: &str) -> Result<Ref, RefError> {
         ["run", "id"] => Ok(Ref::RunId),
         ["run", "name"] => Ok(Ref::RunName),
         ["run", "state"] => Ok(Ref::RunState),
+        ["run", rest @ ..] => {
+            let fields = ["id", "name", "state"];
+            let hint = super::diagnostic::nearest(&rest.join("."), fields)
+                .map(|f| format!("did you mean '{{{{run.{f}}}}}'?"))
+                .unwrap_or_else(|| "a run is {{run.id}}, {{run.name}} or {{run.state}}".into());
+            Err(unknown(Some(hint)))
+        }
         ["team"] => Ok(Ref::Team),
         [root, ..] => {
             let roots = ["params", "steps", "item", "run", "team", "pipeline"];
@@ -320,6 +414,93 @@ mod tests {
             Some("did you mean '{{steps.x.outputs...}}'?")
         );
         assert_eq!(e[2].message, "unclosed template: '{{' without '}}'");
+    }
+
+    #[test]
+    fn a_bad_reference_hides_neither_the_next_nor_the_good_ones() {
+        let text = "{{inputs.parameters.lr}} {{params.bs}} {{param.x}} {{steps.a.outputs.d}} {{";
+        let (t, errors) = Template::parse_partial(text, Scope::default());
+        let bad: Vec<usize> = errors.iter().map(|e| e.offset).collect();
+        assert_eq!(bad, vec![0, 39, 73]);
+        let good: Vec<(usize, String)> = t
+            .refs()
+            .map(|r| (r.offset, r.reference.to_string()))
+            .collect();
+        assert_eq!(
+            good,
+            vec![
+                (25, "params.bs".to_owned()),
+                (51, "steps.a.outputs.d".to_owned())
+            ]
+        );
+        assert_eq!(Template::parse(text), Err(errors));
+    }
+
+    fn help(text: &str, scope: Scope<'_>) -> String {
+        let (_, errors) = Template::parse_partial(text, scope);
+        assert_eq!(errors.len(), 1, "{text}");
+        errors[0].help.clone().unwrap_or_default()
+    }
+
+    #[test]
+    fn argo_references_are_answered_with_the_sluice_form() {
+        let cases = [
+            ("{{inputs.parameters.lr}}", "{{params.lr}}"),
+            ("{{workflow.parameters.lr}}", "{{params.lr}}"),
+            (
+                "{{steps.prep.outputs.parameters.n}}",
+                "{{steps.prep.outputs.n}}",
+            ),
+            (
+                "{{tasks.prep.outputs.parameters.n}}",
+                "{{steps.prep.outputs.n}}",
+            ),
+            (
+                "{{tasks.prep.outputs.artifacts.model}}",
+                "{{steps.prep.outputs.model}}",
+            ),
+            (
+                "{{tasks.prep.outputs.model}}",
+                "{{steps.prep.outputs.model}}",
+            ),
+            ("{{workflow.name}}", "{{run.name}}"),
+            ("{{workflow.uid}}", "{{run.id}}"),
+            ("{{workflow.status}}", "{{run.state}}"),
+        ];
+        for (argo, sluice) in cases {
+            assert_eq!(
+                help(argo, Scope::Params),
+                format!("did you mean '{sluice}'?"),
+                "{argo}"
+            );
+        }
+    }
+
+    #[test]
+    fn in_a_sweep_steps_trial_a_pipeline_parameter_is_pipeline_params() {
+        let sweep = ["lr".to_owned(), "both".to_owned()];
+        let pipeline = ["data".to_owned(), "both".to_owned()];
+        let scope = Scope::Trial {
+            sweep: &sweep,
+            pipeline: &pipeline,
+        };
+        let cases = [
+            ("{{inputs.parameters.lr}}", "{{params.lr}}"),
+            ("{{inputs.parameters.data}}", "{{pipeline.params.data}}"),
+            ("{{inputs.parameters.both}}", "{{params.both}}"),
+            ("{{inputs.parameters.new}}", "{{params.new}}"),
+            ("{{workflow.parameters.lr}}", "{{params.lr}}"),
+            ("{{workflow.parameters.data}}", "{{pipeline.params.data}}"),
+            ("{{workflow.parameters.both}}", "{{pipeline.params.both}}"),
+            ("{{workflow.parameters.new}}", "{{pipeline.params.new}}"),
+        ];
+        for (argo, sluice) in cases {
+            assert_eq!(
+                help(argo, scope),
+                format!("did you mean '{sluice}'?"),
+                "{argo}"
+            );
+        }
     }
 
     #[test]
