@@ -520,9 +520,12 @@ mod tests {
 
     #[test]
     fn explains_a_condition_with_its_values() {
-        let e = parse("{{steps.t.metrics.a}} >= 0.99 && {{params.x}} != 'b'")
-            .expr
-            .expect("parses");
+        let e = parse(
+            "{{steps.t.metrics.a}} >= 0.99 && {{params.x}} != 'b'",
+            Scope::default(),
+        )
+        .expr
+        .expect("parses");
         let r: Result<String, ()> = e.explain(&mut |_r| Ok("0.93".to_owned()));
         assert_eq!(r.expect("explains"), "0.93 >= 0.99 && 0.93 != 'b'");
     }
