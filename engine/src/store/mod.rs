@@ -5,6 +5,7 @@
 //! `sluice` process sharing a home sees the same pool and none overcommits it. SQL is written
 //! so that PostgreSQL also accepts it; queries are checked at run time (no compile-time macros).
 
+mod housekeeping;
 mod rows;
 mod scheduling;
 
@@ -17,6 +18,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool as Pool};
 
+pub use housekeeping::Marked;
 pub use rows::{AttemptRow, Capacity, Change, Event, NewRun, RunRow, StepRow};
 pub use scheduling::{Claim, Placed, Rate};
 
