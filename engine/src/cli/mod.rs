@@ -1,6 +1,8 @@
 //! The command line: clap definitions and dispatch, one file per command.
 
+mod delete;
 mod exit;
+mod gc;
 mod lint;
 mod logs;
 pub mod output;
@@ -87,6 +89,17 @@ pub enum Command {
     /// Exits 0 once the request is recorded (the step's runtime stops it within a moment),
     /// 2 if the step is not running.
     Preempt(run::PreemptArgs),
+    /// Remove ended runs with their attempts' folders, logs, outputs and checkpoints.
+    ///
+    /// Cache entries pointing at their outputs are dropped. A running run is refused (exit 2)
+    /// and then nothing is deleted; a delete cut off half-way leaves the run `Deleting`, and
+    /// running it again finishes it.
+    Delete(delete::Args),
+    /// Delete ended runs older than --older-than, but the newest --keep-last of each name,
+    /// and the files of runs no longer in the store.
+    ///
+    /// Prints what it removed and the space freed; with --dry-run, what it would remove.
+    Gc(gc::Args),
     /// Replay a workload through the scheduler in virtual time, once per policy.
     ///
     /// Reports per policy: GPU utilization, queue waits (p50/p95/p99, per team and per
@@ -134,6 +147,8 @@ pub fn main() -> ExitCode {
                         Command::Retry(a) => run::retry(&home, a, cli.output).await,
                         Command::Cancel(a) => run::cancel(&home, a, cli.output).await,
                         Command::Preempt(a) => run::preempt(&home, a, cli.output).await,
+                        Command::Delete(a) => delete::run(&home, a, cli.output).await,
+                        Command::Gc(a) => gc::run(&home, a, cli.output).await,
                         Command::Status(a) => {
                             let store = crate::store::Store::open(&home).await?;
                             status::status(&store, a, cli.output).await
