@@ -144,17 +144,42 @@ impl S3 {
     /// Whether an object exists in the bucket, from moto's own dump of its state (S3 requests
     /// need signing; moto's `/moto-api/data.json` does not).
     pub fn exists(&self, key: &str) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
+        self.dump()
+            .is_some_and(|body| body.contains(&format!("\"{key}\"")))
+    }
+
+    /// The keys of the objects stored under `prefix` now, from a (unsigned) ListObjectsV2
+    /// request, which moto answers; unlike its dump, it does not show deleted objects. At most
+    /// 1000 keys (the tests store far fewer). Fails the test when the server does not answer.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let body = self
+            .get(&format!("/{}?list-type=2&prefix={prefix}", self.bucket))
+            .expect("moto answers a list request");
+        assert!(body.contains("<ListBucketResult"), "not a listing: {body}");
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|k| k.split_once("</Key>").map(|(key, _)| key.to_owned()))
+            .collect()
+    }
+
+    /// moto's dump of its state, or None when it cannot be read.
+    fn dump(&self) -> Option<String> {
+        self.get("/moto-api/data.json")
+    }
+
+    /// The whole response to `GET path` (head and body), or None when it cannot be read.
+    fn get(&self, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-        let sent = write!(
+        write!(
             s,
-            "GET /moto-api/data.json HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
             self.port
-        );
+        )
+        .ok()?;
         let mut body = String::new();
-        sent.is_ok() && s.read_to_string(&mut body).is_ok() && body.contains(&format!("\"{key}\""))
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
     }
 
     /// Freezes the server (SIGSTOP): connections are accepted and never answered, as with a

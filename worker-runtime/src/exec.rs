@@ -112,11 +112,29 @@ pub fn attempt(dir: &Path, term: &AtomicBool, stores: &Arc<Stores>) -> Result<Ex
         }
     });
     let result = run(dir, &launch, &started_at, term, &mut lock, stores);
+    drop_inputs(dir, &launch);
     drop(stop_beat);
     let _ = heart.join();
     write_result(dir, result?)?;
     drop(lock);
     Ok(Exec::Ran)
+}
+
+/// Removes the copies of the inputs placed in the attempt's folder once its program has
+/// ended: the artifacts stay in the object store (where a retry places them again), so an
+/// ended attempt keeps no second copy on disk. Folders left empty go too, up to the attempt's.
+/// Only what lies inside the attempt's folder is touched.
+fn drop_inputs(dir: &Path, launch: &Launch) {
+    for input in launch.inputs.iter().filter(|i| i.to.starts_with(dir)) {
+        let _ = crate::objects::remove_tree(&input.to);
+        let mut parent = input.to.parent();
+        while let Some(p) = parent.filter(|p| p.starts_with(dir) && *p != dir) {
+            if std::fs::remove_dir(p).is_err() {
+                break;
+            }
+            parent = p.parent();
+        }
+    }
 }
 
 fn failed(started_at: &str, reason: String) -> contract::Result {
@@ -560,7 +578,8 @@ fn run(
             }
             let key = format!("{}/{name}", launch.outputs_key);
             let stored = match &objects {
-                Some(objects) => match stores.block_on(objects.put_path(&from, &key)) {
+                // Taken, not copied: renamed into a folder store on this filesystem.
+                Some(objects) => match stores.block_on(objects.take_path(&from, &key)) {
                     Ok(r) => r.map(|_| ()).map_err(|e| e.to_string()),
                     Err(e) => Err(e),
                 },

@@ -5,11 +5,17 @@
 //! Keys follow `../spec/runtime.md`: `teams/TEAM/runs/RUN/STEP/ATTEMPT/{outputs,logs}/...`.
 //! An artifact is either one object at its key (a file) or every object under `KEY/` (a
 //! folder); [`Objects::put_path`] and [`Objects::get_path`] map files and folders onto that.
+//!
+//! On one machine an artifact is kept once: a folder store takes an output by renaming it in
+//! ([`Objects::take_path`]) rather than copying it, and hands an input out as a copy that the
+//! kernel makes a reflink where the filesystem shares blocks (btrfs, XFS, bcachefs, ZFS). Hard
+//! links are never used: a consumer writing into its input in place would write into the
+//! stored artifact too, and permission bits do not stop a program running as root.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -44,6 +50,23 @@ pub enum Error {
 pub struct Objects {
     store: Arc<dyn ObjectStore>,
     url: String,
+    /// The same store seen as a folder, for `file://` stores: a key's object is a file there,
+    /// which outputs are renamed into and inputs copied (or reflinked) from.
+    local: Option<Arc<LocalFileSystem>>,
+}
+
+/// How much is stored somewhere: files (objects) and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.files += other.files;
+        self.bytes += other.bytes;
+    }
 }
 
 /// The default store of a home: `file://HOME/objects`.
@@ -109,6 +132,7 @@ impl Objects {
             return Ok(Self {
                 store,
                 url: url.to_owned(),
+                local: None,
             });
         }
         let Some(rest) = url.strip_prefix("file://") else {
@@ -125,10 +149,12 @@ impl Objects {
             path: root.to_owned(),
             source,
         })?;
-        let store = LocalFileSystem::new_with_prefix(root).map_err(|e| bad(&e.to_string()))?;
+        let store =
+            Arc::new(LocalFileSystem::new_with_prefix(root).map_err(|e| bad(&e.to_string()))?);
         Ok(Self {
-            store: Arc::new(store),
+            store: Arc::clone(&store) as Arc<dyn ObjectStore>,
             url: url.to_owned(),
+            local: Some(store),
         })
     }
 
@@ -162,6 +188,86 @@ impl Objects {
             self.put_file(&from, &to).await?;
         }
         Ok(files.len())
+    }
+
+    /// Keeps a file or folder at `key` as [`Self::put_path`] does, but takes it rather than
+    /// copying it when the store is a folder: each regular file is renamed into place, so the
+    /// artifact is on disk once and the source is gone. What cannot be renamed is uploaded
+    /// (copied) and left where it is: a file on another filesystem, a symbolic link (its
+    /// target is not ours to move, nor what is under it), a file with other hard links (the
+    /// stored artifact must not share its bytes with a file outside the store). A bucket is
+    /// always uploaded to. Returns how many objects were written.
+    pub async fn take_path(&self, local: &Path, key: &str) -> Result<usize, Error> {
+        let Some(fs) = self.local.clone() else {
+            return self.put_path(local, key).await;
+        };
+        let meta = std::fs::symlink_metadata(local).map_err(|source| Error::Local {
+            op: "read",
+            path: local.to_owned(),
+            source,
+        })?;
+        if meta.file_type().is_symlink() {
+            return self.put_path(local, key).await;
+        }
+        if !meta.is_dir() {
+            self.take_file(&fs, local, &meta, key).await?;
+            return Ok(1);
+        }
+        let mut written = 0;
+        let mut folders = vec![(local.to_owned(), key.to_owned())];
+        while let Some((dir, prefix)) = folders.pop() {
+            let listed = |source| Error::Local {
+                op: "list",
+                path: dir.clone(),
+                source,
+            };
+            let mut entries: Vec<_> = std::fs::read_dir(&dir)
+                .map_err(listed)?
+                .collect::<Result<_, _>>()
+                .map_err(listed)?;
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let path = e.path();
+                let child = format!("{prefix}/{}", e.file_name().to_string_lossy());
+                let meta = std::fs::symlink_metadata(&path).map_err(|source| Error::Local {
+                    op: "read",
+                    path: path.clone(),
+                    source,
+                })?;
+                if meta.is_dir() {
+                    folders.push((path, child));
+                } else if meta.file_type().is_symlink() {
+                    written += self.put_path(&path, &child).await?;
+                } else {
+                    self.take_file(&fs, &path, &meta, &child).await?;
+                    written += 1;
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// One file of [`Self::take_path`]: renamed into the folder store when it may be, else
+    /// uploaded.
+    async fn take_file(
+        &self,
+        fs: &LocalFileSystem,
+        from: &Path,
+        meta: &std::fs::Metadata,
+        key: &str,
+    ) -> Result<(), Error> {
+        use std::os::unix::fs::MetadataExt;
+        if meta.file_type().is_file()
+            && meta.nlink() == 1
+            && let Ok(to) = fs.path_to_filesystem(&Key::from(key))
+            && to
+                .parent()
+                .is_some_and(|p| std::fs::create_dir_all(p).is_ok())
+            && std::fs::rename(from, &to).is_ok()
+        {
+            return Ok(());
+        }
+        self.put_file(from, key).await
     }
 
     /// Uploads one local file as one object: a single PUT up to 8 MiB, multipart above.
@@ -223,7 +329,10 @@ impl Objects {
     }
 
     /// Downloads one object into the file `to`, written with plain blocking writes (see
-    /// [`Self::put_file`]).
+    /// [`Self::put_file`]). From a folder store it is a file copy, which the kernel makes a
+    /// reflink (shared blocks, copied on write) where the filesystem can (`copy_file_range`
+    /// on btrfs, XFS, bcachefs, ZFS), and a plain copy elsewhere: a program that writes into
+    /// its copy never changes the stored object.
     async fn get_file(&self, key: &Key, to: &Path) -> Result<(), Error> {
         use std::io::Write;
         let local = |op| {
@@ -232,6 +341,22 @@ impl Objects {
         };
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent).map_err(local("create the folder of"))?;
+        }
+        if let Some(from) = self
+            .local
+            .as_ref()
+            .and_then(|fs| fs.path_to_filesystem(key).ok())
+        {
+            // File to file, so that std copies with `copy_file_range`; a new file (not
+            // `fs::copy`), so that the copy does not inherit the stored file's mode.
+            let mut source = std::fs::File::open(&from).map_err(|source| Error::Local {
+                op: "read the stored object",
+                path: from.clone(),
+                source,
+            })?;
+            let mut file = std::fs::File::create(to).map_err(local("create"))?;
+            std::io::copy(&mut source, &mut file).map_err(local("write"))?;
+            return Ok(());
         }
         let got = self
             .store
@@ -357,6 +482,83 @@ impl Objects {
         }
     }
 
+    /// What is stored under `prefix/` (for a folder store, every file in its folder,
+    /// unfinished uploads included).
+    pub async fn usage_under(&self, prefix: &str) -> Result<Usage, Error> {
+        if let Some(dir) = self.folder_of(prefix) {
+            return tree_usage(&dir);
+        }
+        let found: Vec<_> = self
+            .store
+            .list(Some(&Key::from(prefix)))
+            .try_collect()
+            .await
+            .map_err(self.err("list", prefix))?;
+        Ok(Usage {
+            files: found.len() as u64,
+            bytes: found.iter().map(|m| m.size).sum(),
+        })
+    }
+
+    /// Deletes everything under `prefix/` and says what that was. Nothing there is not an
+    /// error, so that a delete cut off half-way can simply be run again.
+    pub async fn delete_under(&self, prefix: &str) -> Result<Usage, Error> {
+        if let Some(dir) = self.folder_of(prefix) {
+            let usage = tree_usage(&dir)?;
+            remove_tree(&dir)?;
+            return Ok(usage);
+        }
+        let found: Vec<_> = self
+            .store
+            .list(Some(&Key::from(prefix)))
+            .try_collect()
+            .await
+            .map_err(self.err("list", prefix))?;
+        let usage = Usage {
+            files: found.len() as u64,
+            bytes: found.iter().map(|m| m.size).sum(),
+        };
+        let locations = futures::stream::iter(found.into_iter().map(|m| Ok(m.location))).boxed();
+        let mut deleted = self.store.delete_stream(locations);
+        while let Some(done) = deleted.next().await {
+            match done {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.err("delete under", prefix)(e)),
+            }
+        }
+        Ok(usage)
+    }
+
+    /// The names one level under `prefix/` that hold objects (`teams/T/runs` gives the run
+    /// ids stored there), decoded, sorted; none is not an error.
+    pub async fn folders_under(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        let under = Key::from(prefix);
+        let listed = match self.store.list_with_delimiter(Some(&under)).await {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(self.err("list", prefix)(e)),
+        };
+        let mut names: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename())
+            .map(|n| {
+                percent_encoding::percent_decode_str(n)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The folder holding the objects under `prefix/`, for a folder store.
+    fn folder_of(&self, prefix: &str) -> Option<PathBuf> {
+        self.local
+            .as_ref()
+            .and_then(|fs| fs.path_to_filesystem(&Key::from(prefix)).ok())
+    }
+
     /// [`Self::list`], where nothing stored is an error.
     async fn list_some(&self, key: &str) -> Result<Vec<(String, Key)>, Error> {
         let objects = self.list(key).await?;
@@ -381,6 +583,57 @@ impl Objects {
             Err(e) => return Err(self.err("look up", key)(e)),
         }
         self.list_keys(&exact, key).await
+    }
+}
+
+/// The files under `path` (itself, when it is a file) and their sizes; symbolic links are
+/// counted, not followed. Nothing there is no files.
+pub fn tree_usage(path: &Path) -> Result<Usage, Error> {
+    let local = |op, path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Local { op, path, source }
+    };
+    let mut usage = Usage::default();
+    let mut todo = vec![path.to_owned()];
+    while let Some(p) = todo.pop() {
+        let meta = match std::fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            // Gone meanwhile (another delete, a runtime removing its inputs): nothing to count.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(local("read", &p)(e)),
+        };
+        if meta.is_dir() {
+            let entries = match std::fs::read_dir(&p) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(local("list", &p)(e)),
+            };
+            for e in entries {
+                todo.push(e.map_err(local("list", &p))?.path());
+            }
+        } else {
+            usage.files += 1;
+            usage.bytes += meta.len();
+        }
+    }
+    Ok(usage)
+}
+
+/// Removes a file or a folder with everything in it, without following symbolic links;
+/// nothing there is not an error.
+pub fn remove_tree(path: &Path) -> Result<(), Error> {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Local {
+            op: "remove",
+            path: path.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -491,6 +744,114 @@ mod tests {
             std::fs::read(tmp.join("back/model/odd [1]%.txt")).expect("read"),
             b"o"
         );
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn a_folder_store_takes_outputs_by_renaming_what_it_may() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = std::env::temp_dir().join(format!("sluice-take-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let out = tmp.join("out");
+        std::fs::create_dir_all(out.join("model/sub")).expect("mkdir");
+        std::fs::create_dir_all(tmp.join("elsewhere")).expect("mkdir");
+        std::fs::write(out.join("blob"), b"blob").expect("write");
+        std::fs::write(out.join("model/a.bin"), b"aaa").expect("write");
+        std::fs::write(out.join("model/sub/b [0].txt"), b"bb").expect("write");
+        // Shares its inode with a file outside: copied, so the two stay independent.
+        std::fs::write(tmp.join("elsewhere/shared"), b"shared").expect("write");
+        std::fs::hard_link(tmp.join("elsewhere/shared"), out.join("model/shared")).expect("link");
+        // Links to what is not ours: their targets are copied and stay.
+        std::fs::write(tmp.join("elsewhere/data"), b"data").expect("write");
+        std::os::unix::fs::symlink(tmp.join("elsewhere/data"), out.join("model/data"))
+            .expect("symlink");
+        std::os::unix::fs::symlink(tmp.join("elsewhere"), out.join("dir")).expect("symlink");
+        let objects = Objects::open(&default_url(&tmp)).expect("open");
+        let stored = tmp.join("objects/k");
+        runtime().block_on(async {
+            assert_eq!(
+                objects
+                    .take_path(&out.join("blob"), "k/blob")
+                    .await
+                    .expect("take"),
+                1
+            );
+            assert_eq!(
+                objects
+                    .take_path(&out.join("model"), "k/model")
+                    .await
+                    .expect("take"),
+                4
+            );
+            assert_eq!(
+                objects
+                    .take_path(&out.join("dir"), "k/dir")
+                    .await
+                    .expect("take"),
+                2
+            );
+            let usage = objects.usage_under("k").await.expect("usage");
+            assert_eq!(
+                usage,
+                Usage {
+                    files: 7,
+                    bytes: 4 + 3 + 2 + 6 + 4 + 6 + 4
+                }
+            );
+            assert_eq!(
+                objects.folders_under("k").await.expect("list"),
+                ["dir", "model"]
+            );
+            assert_eq!(
+                objects.folders_under("nothing/here").await.expect("list"),
+                Vec::<String>::new()
+            );
+        });
+        // Renamed: gone from out/, one link in the store.
+        assert!(!out.join("blob").exists());
+        assert!(!out.join("model/a.bin").exists());
+        assert_eq!(std::fs::read(stored.join("blob")).expect("read"), b"blob");
+        assert_eq!(
+            std::fs::metadata(stored.join("model/a.bin"))
+                .expect("meta")
+                .nlink(),
+            1
+        );
+        let mut back = Vec::new();
+        runtime().block_on(async {
+            objects
+                .read_into("k/model", &mut |b| back.extend_from_slice(b))
+                .await
+                .expect("read");
+        });
+        assert_eq!(
+            back,
+            b"a.bin\0aaa\0data\0data\0shared\0shared\0sub/b [0].txt\0bb\0"
+        );
+        // Copied: the sources stay, and the stored copies are files of their own.
+        assert!(out.join("model/shared").is_file());
+        assert_eq!(
+            std::fs::metadata(tmp.join("elsewhere/shared"))
+                .expect("meta")
+                .nlink(),
+            2
+        );
+        assert!(std::fs::symlink_metadata(stored.join("model/data")).is_ok_and(|m| m.is_file()));
+        assert_eq!(
+            std::fs::read(tmp.join("elsewhere/data")).expect("read"),
+            b"data"
+        );
+        // Deleting under a prefix says what it removed, and again removes nothing.
+        runtime().block_on(async {
+            let gone = objects.delete_under("k/model").await.expect("delete");
+            assert_eq!(gone.files, 4);
+            assert!(!objects.exists("k/model").await.expect("exists"));
+            assert!(objects.exists("k/blob").await.expect("exists"));
+            assert_eq!(
+                objects.delete_under("k/model").await.expect("delete"),
+                Usage::default()
+            );
+        });
         let _ = std::fs::remove_dir_all(&tmp);
     }
 

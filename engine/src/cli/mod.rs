@@ -1,6 +1,8 @@
 //! The command line: clap definitions and dispatch, one file per command.
 
+mod delete;
 mod exit;
+mod gc;
 pub mod home;
 mod lint;
 mod logs;
@@ -91,6 +93,17 @@ pub enum Command {
     /// Exits 0 once the request is recorded (the step's runtime stops it within a moment),
     /// 2 if the step is not running.
     Preempt(run::PreemptArgs),
+    /// Remove ended runs with their attempts' folders, logs, outputs and checkpoints.
+    ///
+    /// Cache entries pointing at their outputs are dropped. A running run is refused (exit 2)
+    /// and then nothing is deleted; a delete cut off half-way leaves the run `Deleting`, and
+    /// running it again finishes it.
+    Delete(delete::Args),
+    /// Delete ended runs older than --older-than, but the newest --keep-last of each name,
+    /// and the files of runs no longer in the store.
+    ///
+    /// Prints what it removed and the space freed; with --dry-run, what it would remove.
+    Gc(gc::Args),
     /// Replay a workload through the scheduler in virtual time, once per policy.
     ///
     /// Reports per policy: GPU utilization, queue waits (p50/p95/p99, per team and per
@@ -171,6 +184,8 @@ async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Resul
         Command::Retry(a) => run::retry(home, a, format).await,
         Command::Cancel(a) => run::cancel(home, a, format).await,
         Command::Preempt(a) => run::preempt(home, a, format).await,
+        Command::Delete(a) => delete::run(home, a, format).await,
+        Command::Gc(a) => gc::run(home, a, format).await,
         Command::Status(a) => {
             let store = existing(home, &a.run).await?;
             status::status(&store, a, format).await

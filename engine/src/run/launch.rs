@@ -203,6 +203,15 @@ pub fn checkpoint_prefix(team: &str, run: &str, step: &str) -> String {
     format!("teams/{team}/checkpoints/{run}/{step}")
 }
 
+/// The object-store prefixes holding everything of a run: its attempts' outputs and logs
+/// (`teams/TEAM/runs/RUN`) and its checkpoints (`teams/TEAM/checkpoints/RUN`).
+pub fn run_prefixes(team: &str, run: &str) -> [String; 2] {
+    [
+        format!("teams/{team}/runs/{run}"),
+        format!("teams/{team}/checkpoints/{run}"),
+    ]
+}
+
 /// Complete checkpoints kept per step (`runtime.keepCheckpoints` of a Cluster, default 3).
 pub const KEEP_CHECKPOINTS: usize = 3;
 

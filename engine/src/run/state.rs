@@ -46,4 +46,7 @@ pub mod run {
     pub const SUCCEEDED: &str = "Succeeded";
     pub const FAILED: &str = "Failed";
     pub const CANCELLED: &str = "Cancelled";
+    /// Being removed (`sluice delete`, `sluice gc`): seen only when a delete was cut off, which
+    /// running it again finishes.
+    pub const DELETING: &str = "Deleting";
 }

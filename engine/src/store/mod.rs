@@ -6,6 +6,7 @@
 //! so that PostgreSQL also accepts it; queries are checked at run time (no compile-time macros).
 
 mod engines;
+mod housekeeping;
 mod rows;
 mod scheduling;
 
@@ -19,6 +20,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool as Pool};
 
 pub use engines::Orphan;
+pub use housekeeping::Marked;
 pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
 pub use scheduling::{Claim, Placed, Rate};
 

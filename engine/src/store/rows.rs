@@ -114,7 +114,7 @@ pub struct Event {
     pub detail: Option<String>,
 }
 
-fn run_row(r: &SqliteRow) -> RunRow {
+pub(super) fn run_row(r: &SqliteRow) -> RunRow {
     RunRow {
         id: r.get("id"),
         name: r.get("name"),
@@ -669,10 +669,15 @@ impl Store {
     /// Sets an ended run running again (`sluice retry`), clearing its end and cancel flag.
     pub async fn reopen(&self, run: &str, steps: &[StepRow]) -> Result<(), Error> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("UPDATE runs SET state = 'Running', reason = NULL, ended_at = NULL, cancel_requested = 0 WHERE id = ?")
+        // A run being deleted (`sluice delete`) is not reopened: its files are going.
+        let reopened = sqlx::query("UPDATE runs SET state = 'Running', reason = NULL, ended_at = NULL, cancel_requested = 0 WHERE id = ? AND state <> 'Deleting'")
             .bind(run)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+        if reopened == 0 {
+            return Err(Error::NotFound(format!("run {run} is being deleted")));
+        }
         for s in steps {
             update_step(&mut tx, run, s).await?;
         }
