@@ -133,13 +133,10 @@ pub async fn start(
         Document::Pipeline(p) => p,
         Document::Sweep(s) => {
             let mut s = (**s).clone();
-            let mut pairs = Vec::new();
-            for p in &args.params {
-                let (n, v) = spec::oneline::split(p).map_err(Error::Usage)?;
-                pairs.push((n.to_owned(), v.to_owned()));
+            match spec::oneline::apply_args(&mut s, &args.params) {
+                Ok(pairs) => overrides = Some(pairs),
+                Err(diags) => return Ok(usage_with(diags)),
             }
-            spec::oneline::apply(&mut s, &pairs).map_err(Error::Usage)?;
-            overrides = Some(pairs);
             of_sweep = crate::spec::model::Pipeline::of_sweep(&s, &shown);
             &of_sweep
         }

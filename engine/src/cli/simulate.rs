@@ -3,8 +3,10 @@
 //! order, numbers rounded, no wall-clock values).
 
 mod chart;
+mod never_fit;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -75,14 +77,22 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
     } else {
         args.policies.clone()
     };
-    let mut policies = serde_json::Map::new();
-    let mut lines = Vec::new();
+    let mut chosen = Vec::with_capacity(names.len());
     for name in &names {
         let Some(policy) = config::policy(name) else {
             return Err(Error::Usage(format!(
                 "--policy {name}: expected fifo, priority or fair"
             )));
         };
+        chosen.push(policy);
+    }
+    if let Some(text) = never_fit::warning(&config, &jobs, &chosen) {
+        // A closed standard error is no reason to fail the replay.
+        let _ = writeln!(std::io::stderr().lock(), "{text}");
+    }
+    let mut policies = serde_json::Map::new();
+    let mut lines = Vec::new();
+    for (name, &policy) in names.iter().zip(&chosen) {
         let mut settings = config.settings.clone();
         settings.policy = policy;
         let report = simulate::run(&config.cluster, &jobs, &settings, |_, _| {});
@@ -201,6 +211,7 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
         "jobs": jobs.len(),
         "completed": completed,
         "never_started": report.never_started,
+        "never_fit": report.never_fit,
         "makespan_seconds": report.makespan,
         "stopped_at_seconds": report.stopped_at,
         "preemptions": report.preemptions,
@@ -234,17 +245,18 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         Value::Null => "-".to_owned(),
         v => v.to_string(),
     };
+    let wait = |v: &Value| v.as_u64().map_or_else(|| "-".to_owned(), human);
     for name in names {
         let p = &doc["policies"][name];
         writeln!(
             out,
-            "{:10} {:>7.1}% {:>7} {:>9}s {:>9}s {:>9}s {:>11} {:>10} {:>13} {:>9} {:>5.1}% {:>4}/{:<4} {:>13}",
+            "{:10} {:>7.1}% {:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13} {:>9} {:>5.1}% {:>4}/{:<4} {:>13}",
             name,
             p["gpu_utilization"].as_f64().unwrap_or(0.0) * 100.0,
             s(&p["jain_fairness"]),
-            s(&p["wait_seconds"]["p50"]),
-            s(&p["wait_seconds"]["p95"]),
-            s(&p["wait_seconds"]["p99"]),
+            wait(&p["wait_seconds"]["p50"]),
+            wait(&p["wait_seconds"]["p95"]),
+            wait(&p["wait_seconds"]["p99"]),
             s(&p["preemptions"]),
             s(&p["gpu_hours_lost"]),
             s(&p["partial_gang_gpu_hours"]),
@@ -260,8 +272,8 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         if let Some(teams) = doc["policies"][name]["teams"].as_object() {
             for (team, t) in teams {
                 per_team.entry(team.clone()).or_default().push(format!(
-                    "{name}: p95 wait {}s, {} GPU-h, cost {}",
-                    s(&t["wait_seconds"]["p95"]),
+                    "{name}: p95 wait {}, {} GPU-h, cost {}",
+                    wait(&t["wait_seconds"]["p95"]),
                     s(&t["gpu_hours"]),
                     s(&t["cost"])
                 ));
@@ -273,4 +285,46 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         writeln!(out, "team {team}: {}", lines.join("; "))?;
     }
     Ok(())
+}
+
+/// Seconds in the two largest units that are not zero, as people read waits: `42s`,
+/// `59m 50s`, `3h 30m`, `2d 4h` (the rest dropped; the JSON keeps exact seconds).
+fn human(secs: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
+    let Some(first) = UNITS.iter().position(|(_, size)| secs >= *size) else {
+        return "0s".into();
+    };
+    let mut out = Vec::new();
+    let mut left = secs;
+    for (unit, size) in &UNITS[first..(first + 2).min(UNITS.len())] {
+        let n = left / size;
+        left %= size;
+        if n > 0 {
+            out.push(format!("{n}{unit}"));
+        }
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn waits_read_in_their_two_largest_units() {
+        let cases = [
+            (0, "0s"),
+            (42, "42s"),
+            (60, "1m"),
+            (3590, "59m 50s"),
+            (3600, "1h"),
+            (10_750, "2h 59m"),
+            (12_600, "3h 30m"),
+            (86_400 + 7_200 + 59, "1d 2h"),
+            (86_400 + 59, "1d"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(human(secs), want, "{secs}");
+        }
+    }
 }

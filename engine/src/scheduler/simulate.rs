@@ -32,6 +32,7 @@
 //!   that gives a team with a quota more than a team without one scores below 1.
 //! - a [`Series`] of GPUs held and jobs waiting over time, for charts.
 
+pub mod never_fit;
 mod series;
 
 use std::cmp::Reverse;
@@ -90,6 +91,9 @@ pub struct Report {
     pub stopped_at: u64,
     /// Jobs that never started.
     pub never_started: u64,
+    /// Of those, jobs that no schedule could ever start: larger than the empty cluster could
+    /// hold, or (under `fair`) than their team may ever hold ([`never_fit`]).
+    pub never_fit: u64,
     /// GPU-seconds free, until the replay stopped.
     pub free_gpu_seconds: u128,
     /// Free GPU-seconds on nodes too full for the largest waiting worker (module doc).
@@ -619,6 +623,7 @@ pub fn run(
         .iter()
         .filter(|o| o.first_start.is_none())
         .count() as u64;
+    report.never_fit = never_fit::count(cluster, jobs, settings.policy);
     report.jobs = jobs.iter().map(|j| j.job.id).zip(sim.outcomes).collect();
     if report.makespan > 0 && total_gpu > 0 {
         report.gpu_utilization =

@@ -18,7 +18,7 @@ const FIELDS: &[&str] = &[
     "params",
     "trial",
 ];
-const ALGORITHMS: &[&str] = &["grid", "random", "sobol", "tpe", "hyperband", "asha"];
+pub(super) const ALGORITHMS: &[&str] = &["grid", "random", "sobol", "tpe", "hyperband", "asha"];
 const PARAM_TYPES: &[&str] = &["float", "int", "categorical"];
 
 /// Decodes a Sweep's `spec`; None when a required part is missing or wrong (every problem is
