@@ -181,6 +181,16 @@ fn kill_9_leaves_the_run_to_resume_and_its_room_free_once_its_step_ends() {
     let runs = sb.run(&["runs"]);
     assert!(runs.stdout.contains("engine gone"), "{}", runs.stdout);
     second_run_starts_soon_after(&sb);
+    // Following its logs does not hang on a run nobody drives and nothing of which runs.
+    let follow = sb
+        .cmd(&["logs", "-f", &id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("logs starts");
+    let (code, err) = finish(follow, Duration::from_secs(60), "logs -f");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains(&format!("sluice resume {id}")), "{err}");
     let _ = first.wait();
     // The first run is resumed: its step ended meanwhile, and is not run again.
     let out = sb.run(&["resume", &id]);

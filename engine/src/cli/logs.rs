@@ -228,10 +228,12 @@ async fn every_step(
     if !follow {
         return Ok(Outcome::Success);
     }
+    let mut stall = Stall::default();
     loop {
         // Read the run's state before the logs: lines written before it ended are all read
         // in this round.
-        let ended = store.run(run).await?.state != rs::RUNNING;
+        let row = store.run(run).await?;
+        let ended = row.state != rs::RUNNING || stall.check(store, &row).await;
         let mut attempts = store.attempts(run).await?;
         attempts.sort_by(|a, b| a.started_at.cmp(&b.started_at));
         for a in &attempts {
@@ -258,13 +260,16 @@ async fn follow_step(
     mut from: Option<(i64, u64)>,
     printer: &Printer,
 ) -> Result<(), Error> {
+    let mut stall = Stall::default();
     loop {
         let steps = store.steps(run).await?;
+        let row = store.run(run).await?;
         let finished = steps
             .iter()
             .find(|s| s.name == step)
             .is_none_or(|s| crate::run::state::step::is_terminal(&s.state))
-            || store.run(run).await?.state != rs::RUNNING;
+            || row.state != rs::RUNNING
+            || stall.check(store, &row).await;
         let attempts = store.attempts(run).await?;
         let latest = attempts
             .iter()
@@ -292,6 +297,43 @@ async fn follow_step(
             return Ok(());
         }
         tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+/// Whether following should stop because the run's engine is gone and nothing of it runs any
+/// more (the run will not end until someone resumes it). Looked at every second: the ends of
+/// the dead engine's attempts are collected first, as `status` does.
+#[derive(Default)]
+struct Stall {
+    last: Option<std::time::Instant>,
+}
+
+impl Stall {
+    async fn check(&mut self, store: &Store, row: &crate::store::RunRow) -> bool {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.last = Some(std::time::Instant::now());
+        let Some(gone) = crate::run::engine::gone(row) else {
+            return false;
+        };
+        let _ = crate::run::reap::collect(store, None).await;
+        let running = store
+            .attempts(&row.id)
+            .await
+            .map(|a| a.iter().any(|a| a.state == attempt::RUNNING))
+            .unwrap_or(true);
+        if running {
+            return false;
+        }
+        output::say(format_args!(
+            "run {}: {gone} and none of its steps runs; `sluice resume {}` continues it",
+            row.id, row.id
+        ));
+        true
     }
 }
 

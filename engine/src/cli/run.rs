@@ -292,7 +292,18 @@ pub async fn start(
         (Err(e), _) => return Err(e.into()),
     };
     if args.detach {
-        start_detached(home, &id)?;
+        let pid = start_detached(home, &id)?;
+        // The background engine holds the run from now: nobody sees it engine-less while
+        // that process gets going (it takes the same lease again when it opens the run).
+        let now = crate::time::now_ms();
+        let _forced = store
+            .take_lease(
+                &id,
+                &run::engine::process(pid, now + run::engine::LEASE_MS),
+                |_| true,
+                true,
+            )
+            .await?;
         match format {
             Format::Json => output::json(&serde_json::json!({ "id": id })),
             Format::Text => output::text(|out| writeln!(out, "{id}")),
@@ -382,8 +393,8 @@ fn cluster_objects(loaded: &spec::Loaded) -> Option<String> {
         .map(|o| o.text.clone())
 }
 
-/// Starts `sluice resume RUN` in the background, in its own process group.
-fn start_detached(home: &Path, id: &str) -> Result<(), Error> {
+/// Starts `sluice resume RUN` in the background, in its own process group; returns its PID.
+fn start_detached(home: &Path, id: &str) -> Result<u32, Error> {
     let exe = std::env::current_exe().map_err(|e| Error::Io {
         context: "cannot find this program".into(),
         source: e,
@@ -402,7 +413,7 @@ fn start_detached(home: &Path, id: &str) -> Result<(), Error> {
         source: e,
     })?;
     use std::os::unix::process::CommandExt;
-    std::process::Command::new(exe)
+    let child = std::process::Command::new(exe)
         .arg("--home")
         .arg(home)
         .arg("resume")
@@ -417,7 +428,7 @@ fn start_detached(home: &Path, id: &str) -> Result<(), Error> {
             context: "cannot start the background engine".into(),
             source: e,
         })?;
-    Ok(())
+    Ok(child.id())
 }
 
 /// Drives a run in the foreground until it ends; prints its status; maps it to an exit code.

@@ -14,16 +14,17 @@ pub const LEASE_MS: i64 = 15_000;
 
 /// This process, as a lease holder until `until` (unix ms).
 pub fn me(until: i64) -> Holder {
-    Holder {
-        owner: owner_name(),
-        until,
-        started: process_started(std::process::id()),
-    }
+    process(std::process::id(), until)
 }
 
-/// The lease holder's name for this process: `PID@HOST`.
-pub fn owner_name() -> String {
-    format!("{}@{}", std::process::id(), host())
+/// Process `pid` of this host as a lease holder until `until` (an engine started in the
+/// background holds its run from the moment it is spawned, not from when it gets going).
+pub fn process(pid: u32, until: i64) -> Holder {
+    Holder {
+        owner: format!("{pid}@{}", host()),
+        until,
+        started: process_started(pid),
+    }
 }
 
 fn host() -> String {
