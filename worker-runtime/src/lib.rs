@@ -9,7 +9,7 @@ pub mod checkpoint;
 pub mod contract;
 pub mod exec;
 mod files;
-mod metrics;
+pub mod metrics;
 pub mod objects;
 pub mod serve;
 pub mod stores;
