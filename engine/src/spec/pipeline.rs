@@ -687,6 +687,7 @@ fn decode_step(cx: &mut Cx<'_>, node: &Node, defaults: &Settings) -> Option<Step
         priority: s.priority,
         interruptible: s.interruptible.unwrap_or(false),
         metrics_stdout: s.metrics_stdout.unwrap_or(true),
+        collect: Default::default(),
         on_exit: false,
     })
 }
