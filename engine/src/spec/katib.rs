@@ -124,8 +124,13 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Option<Sweep>
             algorithm = None;
         }
     }
-    let params =
-        required(cx, spec, "parameters").and_then(|n| parameters(cx, n, resource.as_deref()));
+    // A NAS experiment searches an architecture instead of parameters: its nasConfig is
+    // refused above, and its missing parameters are no news.
+    let params = if spec.get("nasConfig").is_some() && spec.get("parameters").is_none() {
+        None
+    } else {
+        required(cx, spec, "parameters").and_then(|n| parameters(cx, n, resource.as_deref()))
+    };
     let collector = match spec.get("metricsCollectorSpec") {
         Some(m) => metrics_collector(cx, m),
         None => Some(Collector::default()),
@@ -1097,7 +1102,10 @@ fn parameter(
                     d.pos,
                     format!("distribution '{other}' cannot be honoured by sluice"),
                 );
-                diag.suggest(other, ["uniform", "logUniform"]);
+                // Katib's own normal priors are not typos of the uniform ones.
+                if !matches!(other, "normal" | "logNormal") {
+                    diag.suggest(other, ["uniform", "logUniform"]);
+                }
                 diag.help("sluice samples uniform and logUniform");
                 return None;
             }
