@@ -2322,6 +2322,21 @@ spec:
     }
 
     #[test]
+    fn a_file_system_path_with_the_stdout_collector_is_a_warning() {
+        // Katib's StdOut collector reads the container's log whatever the path says.
+        let (s, diags) = clean(&edit(
+            "  maxTrialCount: 5",
+            "  maxTrialCount: 5\n  metricsCollectorSpec:\n    source: {fileSystemPath: {path: /katib/x.log}}\n",
+        ));
+        assert!(
+            diags.iter().any(|d| d.severity == Severity::Warning
+                && d.message == "fileSystemPath has no effect with the StdOut collector"),
+            "{diags:#?}"
+        );
+        assert!(s.trial.metrics_stdout && s.trial.collect.file.is_none());
+    }
+
+    #[test]
     fn a_file_collector_sluice_cannot_honour_is_refused() {
         // Katib's default path, which the trial is never given.
         let e = errors(&edit(
