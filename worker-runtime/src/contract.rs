@@ -8,7 +8,8 @@
 //! | `launch.json` ([`Launch`]) | engine | before the runtime starts; never changed after |
 //! | `lock` | runtime: created and locked (flock) first, held for the runtime's whole life, so "is the lock free?" tells whether it still runs; once the program is spawned the runtime writes [`Started`] into it as JSON (an empty lock: the program never started) | |
 //! | `output.log` | runtime | while the program runs (created at the first line): one line per output line, `RFC3339 stream text` |
-//! | `metrics.jsonl` | the program (`$SLUICE_METRICS_FILE`) and the runtime (stdout `NAME=VALUE`) | while the program runs |
+//! | `metrics.jsonl` | the program (`$SLUICE_METRICS_FILE`) and the runtime (`NAME=VALUE` on standard output and error, and the file of [`MetricsFile`]) | while the program runs |
+//! | `collector/PATH` | the program: Katib's `File` collector's file ([`MetricsFile`]), at its path under the attempt's folder | while the program runs |
 //! | `terminate` | engine | to stop the attempt: the runtime checks for it every 50 ms |
 //! | `lost` | engine | the attempt was declared lost (no heartbeat): no more syncs for it |
 //!
@@ -86,8 +87,89 @@ pub struct Launch {
     /// How many copies of the program run together (a gang, `workers:`); 1 for a step.
     #[serde(default = "one")]
     pub workers: u32,
-    /// Read `NAME=VALUE` pairs from standard output as metrics.
+    /// Read `NAME=VALUE` pairs from standard output and standard error as metrics (rank 0's,
+    /// in a gang).
     pub metrics_stdout: bool,
+    /// Katib's metrics collectors and strategies, when the step has them.
+    #[serde(default, skip_serializing_if = "Collect::is_plain")]
+    pub collect: Collect,
+}
+
+/// How metrics are collected besides `NAME=VALUE` pairs and `$SLUICE_METRICS_FILE`, and how a
+/// metric's observations become the attempt's value: what a Katib `Experiment`'s
+/// `metricsCollectorSpec` and `objective.metricStrategies` say (a `kind: Sweep`'s
+/// `objective.strategy` too).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Collect {
+    /// Katib's `source.filter.metricsFormat`: regular expressions, each with a metric's name in
+    /// its first group and its value in its second. When there are any, they replace the
+    /// `NAME=VALUE` convention, for output lines and for a `Text` [`MetricsFile`] alike.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<String>,
+    /// Katib's `File` collector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<MetricsFile>,
+    /// Per metric, which observation is the attempt's value (`Latest` when absent).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub strategies: BTreeMap<String, Strategy>,
+}
+
+impl Collect {
+    /// Nothing beyond the defaults.
+    pub fn is_plain(&self) -> bool {
+        self == &Collect::default()
+    }
+}
+
+/// A file the program writes its metrics to, read as Katib's file metrics collector reads it.
+///
+/// Katib mounts a volume of the trial's own at the file's folder; a laptop has no such
+/// folder, and parallel trials would share it. So the runtime gives each attempt its own: the
+/// file is `collector/PATH` in the attempt's folder (its parent folders made before the
+/// program starts), and each occurrence of `path` in the argument vector and in the
+/// environment's values is replaced by it. The file is read while the program runs (early
+/// stopping sees it) and once more after it ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricsFile {
+    /// The path as the experiment names it (`/var/log/katib/metrics.log`).
+    pub path: String,
+    pub format: FileFormat,
+    /// `Json`: the keys read, each a metric (Katib reads the objective and the additional
+    /// metrics, and nothing else of a line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+}
+
+impl MetricsFile {
+    /// Where the attempt in `dir` finds the file.
+    pub fn local(&self, dir: &std::path::Path) -> PathBuf {
+        let relative: PathBuf = std::path::Path::new(&self.path)
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .collect();
+        dir.join(COLLECTOR_DIR).join(relative)
+    }
+}
+
+/// The attempt's folder for the files of [`MetricsFile`].
+pub const COLLECTOR_DIR: &str = "collector";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileFormat {
+    /// Lines of `NAME=VALUE` pairs, or what [`Collect::filters`] match.
+    Text,
+    /// One JSON object per line, metrics as keys (values numbers or numeric strings, as
+    /// `cloudml-hypertune` writes them); `step`, `global_step` or `epoch` gives the step.
+    Json,
+}
+
+/// Which of a metric's observations is the attempt's value (Katib's `metricStrategies`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Strategy {
+    #[default]
+    Latest,
+    Max,
+    Min,
 }
 
 fn one() -> u32 {
@@ -148,9 +230,11 @@ pub struct Result {
     pub signal: Option<i32>,
     pub started_at: String,
     pub ended_at: String,
-    /// Why it failed, in words, when the exit code alone does not say
-    /// (`output 'model' was not written`, `cannot start 'pyhton': not found`).
+    /// Why it failed, in words (`output 'model' was not written`, `cannot start 'pyhton': not
+    /// found`); a program that failed gets its exit code or signal followed by the last lines
+    /// of its standard error (`exit code 2: python3: can't open file 'x.py'`), bounded.
     pub reason: Option<String>,
-    /// Last value of each metric.
+    /// The value of each metric: its last observation, or its largest or smallest as
+    /// [`Collect::strategies`] says.
     pub metrics: BTreeMap<String, f64>,
 }

@@ -1,6 +1,6 @@
 //! `sluice-runtime exec DIR`: one attempt, from its `launch.json` to its `result.json`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use crate::checkpoint::Checkpoints;
 use crate::contract::{self, End, Launch, Started};
 use crate::files;
-use crate::metrics::{self, StdoutMetrics};
+use crate::metrics::{self, FileTail, LineMetrics};
 use crate::stores::Stores;
 use crate::time::now_rfc3339;
 
@@ -159,6 +159,67 @@ fn describe(status: std::process::ExitStatus) -> String {
     }
 }
 
+/// How many of the last lines of a program's standard error a failure's reason quotes, and
+/// how many characters of them at most: enough for Python's exception line and the two above
+/// it, short enough for a status table.
+const TAIL_LINES: usize = 3;
+const TAIL_CHARS: usize = 300;
+
+/// The last non-empty lines of one worker's standard error.
+#[derive(Default)]
+struct ErrTail(Mutex<VecDeque<String>>);
+
+impl ErrTail {
+    fn push(&self, line: &str) {
+        let line = line.trim();
+        if line.is_empty() {
+            return;
+        }
+        if let Ok(mut q) = self.0.lock() {
+            if q.len() == TAIL_LINES {
+                q.pop_front();
+            }
+            // Each line bounded too (a progress bar's carriage returns make one long line).
+            q.push_back(last_chars(line, TAIL_CHARS));
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|q| q.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// `why` followed by the last lines of standard error, joined by ` | ` and cut from the front
+/// to [`TAIL_CHARS`] characters: `exit code 2: python3: can't open file 'x.py'`.
+fn with_tail(why: String, tail: &[String]) -> String {
+    if tail.is_empty() {
+        return why;
+    }
+    format!("{why}: {}", last_chars(&tail.join(" | "), TAIL_CHARS))
+}
+
+/// The end of `text`, at most `max` characters: cut ones are replaced by a leading `…`.
+fn last_chars(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().skip(count - max + 1).collect();
+    format!("…{kept}")
+}
+
+/// Each occurrence of the File collector's path in `text`, replaced by the attempt's own file.
+fn redirect(text: &str, from: &str, to: &str) -> String {
+    if from.is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(from, to)
+    }
+}
+
 /// A free TCP port on loopback, for a gang's rendezvous (MASTER_PORT).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -206,6 +267,21 @@ impl Log {
             if let Some(f) = guard.as_mut() {
                 let _ = writeln!(f, "{} {stream} {text}", now_rfc3339());
             }
+        }
+    }
+}
+
+/// A child's standard output or error, read the same way.
+enum Stream {
+    Out(std::process::ChildStdout),
+    Err(std::process::ChildStderr),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Out(o) => o.read(buf),
+            Stream::Err(e) => e.read(buf),
         }
     }
 }
@@ -288,7 +364,45 @@ fn run(
         path: dir.join(contract::LOG_FILE),
         file: Mutex::new(None),
     });
-    let Some((program, args)) = launch.argv.split_first() else {
+    // Katib's File collector: the attempt's own file where the experiment names its path.
+    let collected = launch
+        .collect
+        .file
+        .as_ref()
+        .map(|f| (f.clone(), f.local(dir)));
+    let (argv, env) = match &collected {
+        Some((f, local)) => {
+            if let Some(parent) = local.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(io("cannot create the metrics collector's folder"))?;
+            }
+            let to = local.to_string_lossy();
+            let argv: Vec<String> = launch
+                .argv
+                .iter()
+                .map(|a| redirect(a, &f.path, &to))
+                .collect();
+            let env: BTreeMap<String, String> = launch
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), redirect(v, &f.path, &to)))
+                .collect();
+            (argv, env)
+        }
+        None => (launch.argv.clone(), launch.env.clone()),
+    };
+    let line_metrics = match LineMetrics::new(&launch.collect.filters) {
+        Ok(m) => Arc::new(Mutex::new(m)),
+        Err(e) => return Ok(failed(started_at, e)),
+    };
+    let mut file_tail = match &collected {
+        Some((f, local)) => match LineMetrics::new(&launch.collect.filters) {
+            Ok(m) => Some(FileTail::new(local.clone(), f.clone(), m)),
+            Err(e) => return Ok(failed(started_at, e)),
+        },
+        None => None,
+    };
+    let Some((program, args)) = argv.split_first() else {
         return Ok(failed(
             started_at,
             "nothing to run: the command is empty".into(),
@@ -309,11 +423,12 @@ fn run(
     let (done_tx, done) = mpsc::channel::<()>();
     let (tx, rx) = mpsc::channel::<(u32, std::io::Result<std::process::ExitStatus>)>();
     let mut readers = Vec::new();
+    let tails: Vec<Arc<ErrTail>> = (0..workers).map(|_| Arc::default()).collect();
     for rank in 0..workers {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(&launch.workdir)
-            .envs(&launch.env)
+            .envs(&env)
             .env("SLUICE_METRICS_FILE", &metrics_file)
             .env("SLUICE_RESUMED", if resumed { "1" } else { "0" })
             .stdin(Stdio::null())
@@ -367,28 +482,32 @@ fn run(
         } else {
             ("out".to_owned(), "err".to_owned())
         };
-        if let Some(out) = child.stdout.take() {
+        // Metrics come from rank 0 (the convention of distributed training loops), from both
+        // streams: Katib's StdOut collector reads the container's whole log, where Python's
+        // `logging` writes (standard error).
+        let parse = launch.metrics_stdout && rank == 0;
+        let tail = tails.get(rank as usize).cloned().unwrap_or_default();
+        for (stream, name, tail) in [
+            (child.stdout.take().map(Stream::Out), out_name, None),
+            (child.stderr.take().map(Stream::Err), err_name, Some(tail)),
+        ] {
+            let Some(stream) = stream else {
+                continue;
+            };
             let log = Arc::clone(&log);
             let metrics_file = metrics_file.clone();
-            // Metrics come from rank 0 (the convention of distributed training loops).
-            let parse = launch.metrics_stdout && rank == 0;
+            let lines = Arc::clone(&line_metrics);
             let done_tx = done_tx.clone();
             readers.push(std::thread::spawn(move || {
-                let mut m = StdoutMetrics::default();
-                read_lines(out, |line| {
-                    log.line(&out_name, line);
-                    if parse {
+                read_lines(stream, |line| {
+                    log.line(&name, line);
+                    if let Some(t) = &tail {
+                        t.push(line);
+                    }
+                    if parse && let Ok(mut m) = lines.lock() {
                         let _ = metrics::append(&metrics_file, &m.parse(line));
                     }
                 });
-                let _ = done_tx.send(());
-            }));
-        }
-        if let Some(err) = child.stderr.take() {
-            let log = Arc::clone(&log);
-            let done_tx = done_tx.clone();
-            readers.push(std::thread::spawn(move || {
-                read_lines(err, |line| log.line(&err_name, line));
                 let _ = done_tx.send(());
             }));
         }
@@ -475,6 +594,9 @@ fn run(
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
+        if let Some(t) = file_tail.as_mut() {
+            t.poll(&metrics_file, false);
+        }
         match stopping {
             None => {
                 let why = if term.load(Ordering::Relaxed) || terminate_file.exists() {
@@ -523,6 +645,9 @@ fn run(
     for r in readers {
         let _ = r.join();
     }
+    if let Some(t) = file_tail.as_mut() {
+        t.poll(&metrics_file, true);
+    }
     // The final sync, whatever the exit, with retries: the next attempt resumes from it.
     drop(stop_sync);
     if let Some(mut c) = syncer.and_then(|h| h.join().ok()) {
@@ -544,6 +669,7 @@ fn run(
         }
     }
     use std::os::unix::process::ExitStatusExt;
+    let tail_of = |rank: usize| tails.get(rank).map(|t| t.lines()).unwrap_or_default();
     let exit_code = status.code();
     let signal = status.signal();
     let mut result = contract::Result {
@@ -553,12 +679,20 @@ fn run(
         started_at: started_at.to_owned(),
         ended_at: String::new(),
         reason: match (failed_rank, signal) {
-            (Some(rank), _) => Some(format!(
-                "worker {rank} of {} ended with {}; the gang was stopped",
-                groups.len(),
-                describe(status)
+            (Some(rank), _) => Some(with_tail(
+                format!(
+                    "worker {rank} of {} ended with {}; the gang was stopped",
+                    groups.len(),
+                    describe(status)
+                ),
+                &tail_of(rank),
             )),
-            (None, Some(s)) => Some(format!("killed by signal {s}")),
+            // Stopped from outside (cancel, preemption, timeout): the engine says why.
+            (None, Some(s)) if stopping.is_some() => Some(format!("killed by signal {s}")),
+            (None, Some(s)) => Some(with_tail(format!("killed by signal {s}"), &tail_of(0))),
+            (None, None) if !status.success() && stopping.is_none() => {
+                Some(with_tail(describe(status), &tail_of(0)))
+            }
             (None, None) => None,
         },
         metrics: BTreeMap::new(),
@@ -592,7 +726,7 @@ fn run(
             }
         }
     }
-    result.metrics = metrics::last_values(&metrics_file);
+    result.metrics = metrics::values(&metrics_file, &launch.collect.strategies);
     result.ended_at = now_rfc3339();
     Ok(result)
 }

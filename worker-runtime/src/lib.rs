@@ -10,7 +10,7 @@ pub mod cli;
 pub mod contract;
 pub mod exec;
 mod files;
-mod metrics;
+pub mod metrics;
 pub mod objects;
 pub mod serve;
 pub mod stores;

@@ -325,6 +325,7 @@ pub fn build(
             object_key(&run.team, &run.id, &row.name, number)
         ),
         metrics_stdout: step.metrics_stdout,
+        collect: step.collect.clone(),
     })
 }
 

@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::decode::Cx;
 use super::diagnostic::Pos;
 use super::model::{
-    Budget, EarlyStopping, Goal, Metadata, Objective, Step, Sweep, SweepAlgorithm, SweepParam,
+    Budget, Collect, EarlyStopping, FileFormat, Goal, Metadata, MetricsFile, Objective, Step,
+    Strategy, Sweep, SweepAlgorithm, SweepParam,
 };
 use super::yaml::{Entry, Node, Scalar, Typed, Value};
 
@@ -123,11 +124,17 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Option<Sweep>
             algorithm = None;
         }
     }
-    let params =
-        required(cx, spec, "parameters").and_then(|n| parameters(cx, n, resource.as_deref()));
-    if let Some(m) = spec.get("metricsCollectorSpec") {
-        metrics_collector(cx, m);
-    }
+    // A NAS experiment searches an architecture instead of parameters: its nasConfig is
+    // refused above, and its missing parameters are no news.
+    let params = if spec.get("nasConfig").is_some() && spec.get("parameters").is_none() {
+        None
+    } else {
+        required(cx, spec, "parameters").and_then(|n| parameters(cx, n, resource.as_deref()))
+    };
+    let collector = match spec.get("metricsCollectorSpec") {
+        Some(m) => metrics_collector(cx, m),
+        None => Some(Collector::default()),
+    };
     let count = |cx: &mut Cx<'_>, key: &str, min: u64| {
         spec.get(key)
             .and_then(|n| whole(cx, n, &format!("spec.{key}"), min))
@@ -143,7 +150,9 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Option<Sweep>
         cx.d.error(spec.pos, "spec.maxTrialCount is required (except for grid)")
             .help("add maxTrialCount: 12");
     }
-    let trial = required(cx, spec, "trialTemplate").and_then(|n| trial(cx, n, params.as_ref()));
+    let metrics_file = collector.as_ref().and_then(|c| c.file.as_ref());
+    let trial = required(cx, spec, "trialTemplate")
+        .and_then(|n| trial(cx, n, params.as_ref(), metrics_file));
     let early_stopping = spec
         .get("earlyStopping")
         .and_then(|n| early_stopping(cx, n));
@@ -172,9 +181,28 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Option<Sweep>
     if !ok {
         return None;
     }
+    let objective = objective?;
+    let mut trial = trial?;
+    let collector = collector?;
+    // The File collector reads only its file (Katib's sidecar reads nothing else), and a JSON
+    // line only for the experiment's metrics.
+    trial.metrics_stdout = collector.file.is_none();
+    trial.collect = Collect {
+        filters: collector.filters,
+        file: collector.file.map(|(mut f, _)| {
+            if f.format == FileFormat::Json {
+                f.names = std::iter::once(&objective.metric)
+                    .chain(&objective.additional_metrics)
+                    .cloned()
+                    .collect();
+            }
+            f
+        }),
+        strategies: BTreeMap::new(),
+    };
     Some(Sweep {
         metadata,
-        objective: objective?,
+        objective,
         algorithm: alg,
         early_stopping,
         budget: Budget {
@@ -184,7 +212,7 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Option<Sweep>
             max_duration: None,
         },
         params: params.map,
-        trial: trial?,
+        trial,
     })
 }
 
@@ -286,7 +314,7 @@ fn objective(cx: &mut Cx<'_>, node: &Node) -> Option<Objective> {
         .get("goal")
         .and_then(|g| number_text(cx, g, "objective.goal"))
         .map(|(v, _)| v);
-    let additional_metrics = node
+    let additional_metrics: Vec<String> = node
         .get("additionalMetricNames")
         .and_then(|m| {
             cx.string_list(
@@ -297,40 +325,111 @@ fn objective(cx: &mut Cx<'_>, node: &Node) -> Option<Objective> {
         })
         .map(|l| l.into_iter().map(|(n, _)| n).collect())
         .unwrap_or_default();
-    // A trial's value is its last observation: Katib's `latest` strategy. Written `min` or
-    // `max` would pick another observation, so they cannot be honoured. (Katib's webhook
-    // defaults the objective's strategy to `max` for maximize and `min` for minimize; that
-    // unwritten default is not refused, or no Katib file would be read: the two agree when
-    // the metric improves to the end of the trial, and the contract's rule is the last one.)
-    if let Some(strategies) = node.get("metricStrategies") {
-        match strategies.as_seq() {
-            None => cx.expected(
-                strategies,
-                "objective.metricStrategies",
-                "a list of {name, value}",
-            ),
-            Some(items) => {
-                for s in items {
-                    if let Some(v) = s.get("value")
-                        && let Some(text) = v.as_scalar().map(|x| x.text.as_str())
-                        && text != "latest"
-                    {
-                        cx.d.error(
-                            v.pos,
-                            format!("metricStrategies value '{text}' cannot be honoured by sluice"),
-                        )
-                        .help("sluice takes each trial's last observation (value: latest)");
-                    }
-                }
-            }
-        }
-    }
+    let strategies = node
+        .get("metricStrategies")
+        .map(|n| metric_strategies(cx, n, metric.as_deref(), &additional_metrics));
+    let metric = metric?;
+    let goal = goal?;
+    // Katib's default for the objective (its webhook's `setDefaultObjective`): without a
+    // written strategy a trial's value is its best observation, `min` when the objective is to
+    // minimize and `max` when it is to maximize. An additional metric without one keeps its
+    // last observation, as that function's comment says and as sluice does everywhere (its
+    // code gives them the objective's too; they do not steer the search either way).
+    let mut strategies = strategies.unwrap_or_default();
+    strategies.entry(metric.clone()).or_insert(match goal {
+        Goal::Maximize => Strategy::Max,
+        Goal::Minimize => Strategy::Min,
+    });
+    strategies.retain(|_, s| *s != Strategy::Latest);
     Some(Objective {
-        metric: metric?,
-        goal: goal?,
+        metric,
+        goal,
         target,
         additional_metrics,
+        strategies,
     })
+}
+
+/// `objective.metricStrategies`: `[{name, value: min|max|latest}]`, each naming the objective or
+/// one of the additional metrics. What is wrong is reported; the rest is kept.
+fn metric_strategies(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    metric: Option<&str>,
+    additional: &[String],
+) -> BTreeMap<String, Strategy> {
+    let mut out = BTreeMap::new();
+    let Some(items) = node.as_seq() else {
+        cx.expected(
+            node,
+            "objective.metricStrategies",
+            "a list of {name, value}",
+        );
+        return out;
+    };
+    let known: Vec<&str> = metric
+        .into_iter()
+        .chain(additional.iter().map(String::as_str))
+        .collect();
+    for item in items {
+        if cx
+            .fields(item, "metricStrategies", &["name", "value"])
+            .is_none()
+        {
+            continue;
+        }
+        let name = match item.get("name") {
+            Some(n) => cx.string(n, "metricStrategies.name").map(|s| (s, n.pos)),
+            None => {
+                cx.d.error(item.pos, "a metric strategy needs 'name'")
+                    .help("write {name: accuracy, value: max}");
+                None
+            }
+        };
+        let value = match item.get("value") {
+            Some(v) => match cx.string(v, "metricStrategies.value").as_deref() {
+                Some("latest") => Some(Strategy::Latest),
+                Some("max") => Some(Strategy::Max),
+                Some("min") => Some(Strategy::Min),
+                Some(other) => {
+                    let d = cx.d.error(
+                        v.pos,
+                        format!("metricStrategies value '{other}' is not min, max or latest"),
+                    );
+                    d.suggest(other, ["min", "max", "latest"]);
+                    d.help("a trial's value is its smallest (min), largest (max) or last (latest) observation");
+                    None
+                }
+                None => None,
+            },
+            None => {
+                cx.d.error(item.pos, "a metric strategy needs 'value'")
+                    .help("value: min, max or latest");
+                None
+            }
+        };
+        let (Some((name, pos)), Some(value)) = (name, value) else {
+            continue;
+        };
+        if metric.is_some() && !known.contains(&name.as_str()) {
+            let d = cx.d.error(
+                pos,
+                format!("metricStrategies names '{name}', which is neither the objective nor an additional metric"),
+            );
+            d.suggest(&name, known.iter().copied());
+            if d.help.is_empty() {
+                d.help(format!(
+                    "the experiment's metrics are: {}",
+                    known.join(", ")
+                ));
+            }
+            continue;
+        }
+        if out.insert(name.clone(), value).is_some() {
+            cx.d.error(pos, format!("metricStrategies names '{name}' twice"));
+        }
+    }
+    out
 }
 
 /// The algorithm, and what is only known with the rest of the spec.
@@ -707,39 +806,202 @@ fn early_stopping(cx: &mut Cx<'_>, node: &Node) -> Option<EarlyStopping> {
     ok.then_some(rule)
 }
 
-fn metrics_collector(cx: &mut Cx<'_>, node: &Node) {
-    let Some(entries) = cx.fields(node, "metricsCollectorSpec", &["collector", "source"]) else {
-        return;
-    };
-    for e in entries {
-        if e.key == "source" {
-            cx.d.error(e.key_pos, "metricsCollectorSpec.source cannot be honoured by sluice")
-                .help("print metrics as NAME=VALUE on standard output, as Katib's StdOut collector reads them");
-        }
-    }
-    let Some(collector) = node.get("collector") else {
-        return;
-    };
-    if cx
-        .fields(
-            collector,
+/// Katib's default path of the `File` collector's file (its webhook's `DefaultFilePath`).
+const KATIB_METRICS_PATH: &str = "/var/log/katib/metrics.log";
+
+/// What an Experiment's `metricsCollectorSpec` asks of its trials, when sluice can honour it.
+#[derive(Default)]
+struct Collector {
+    /// `source.filter.metricsFormat`.
+    filters: Vec<String>,
+    /// The `File` collector's file, and where its path was written (the collector's kind
+    /// when the path is Katib's default).
+    file: Option<(MetricsFile, Pos)>,
+}
+
+/// `metricsCollectorSpec`: `StdOut` (the default; the trial's standard output and error) and
+/// `File` (a file the trial writes, see [`MetricsFile`]), with `metricsFormat` filters, as
+/// Katib validates and reads them. None after reporting what cannot be honoured.
+fn metrics_collector(cx: &mut Cx<'_>, node: &Node) -> Option<Collector> {
+    cx.fields(node, "metricsCollectorSpec", &["collector", "source"])?;
+    let mut ok = true;
+    let collector = node.get("collector");
+    let kind_node = collector.and_then(|c| c.get("kind"));
+    if let Some(c) = collector
+        && let Some(fields) = cx.fields(
+            c,
             "metricsCollectorSpec.collector",
             &["kind", "customCollector"],
         )
-        .is_none()
+        && let Some(custom) = fields.iter().find(|e| e.key == "customCollector")
     {
-        return;
+        cx.d.error(custom.key_pos, "metricsCollectorSpec.collector.customCollector cannot be honoured by sluice")
+            .help("sluice runs no collector container; print NAME=VALUE lines (kind: StdOut) or write them to a file (kind: File)");
+        ok = false;
     }
-    if let Some(k) = collector.get("kind")
-        && let Some(text) = cx.string(k, "metricsCollectorSpec.collector.kind")
-        && text != "StdOut"
-    {
-        cx.d.error(
-            k.pos,
-            format!("metrics collector '{text}' cannot be honoured by sluice"),
+    let kind = match kind_node {
+        None => "StdOut".to_owned(),
+        Some(k) => cx.string(k, "metricsCollectorSpec.collector.kind")?,
+    };
+    let kind_pos = kind_node.map_or(node.pos, |k| k.pos);
+    let file_kind = match kind.as_str() {
+        "StdOut" => false,
+        "File" => true,
+        other => {
+            let why = match other {
+                "None" | "Push" => {
+                    "with this kind the trial sends its metrics to Katib's DB manager itself, which does not run here"
+                }
+                "TensorFlowEvent" => "sluice does not read TensorFlow event files",
+                "PrometheusMetric" => "sluice does not scrape a trial's Prometheus endpoint",
+                "Custom" => "sluice runs no collector container",
+                _ => {
+                    "Katib's collector kinds are StdOut, File, TensorFlowEvent, PrometheusMetric, Custom, None and Push"
+                }
+            };
+            cx.d.error(kind_pos, format!("metrics collector '{other}' cannot be honoured by sluice"))
+                .help(why)
+                .help("sluice reads NAME=VALUE lines of the trial's output (kind: StdOut) or of a file it writes (kind: File), and $SLUICE_METRICS_FILE");
+            return None;
+        }
+    };
+    let mut out = Collector::default();
+    let source = node.get("source");
+    let mut path: Option<(String, Pos)> = None;
+    let mut format = FileFormat::Text;
+    let mut filter_at = None;
+    if let Some(source) = source
+        && let Some(fields) = cx.fields(
+            source,
+            "metricsCollectorSpec.source",
+            &["filter", "fileSystemPath", "httpGet"],
         )
-        .help("sluice reads NAME=VALUE lines on standard output (collector kind: StdOut) and $SLUICE_METRICS_FILE");
+    {
+        for e in fields {
+            match e.key.as_str() {
+                "httpGet" => {
+                    cx.d.error(e.key_pos, "metricsCollectorSpec.source.httpGet cannot be honoured by sluice")
+                        .help("it is where the PrometheusMetric collector scrapes; sluice reads the trial's output or its metrics file");
+                    ok = false;
+                }
+                "filter" => {
+                    filter_at = Some(e.key_pos);
+                    let Some(f) = cx.fields(
+                        &e.value,
+                        "metricsCollectorSpec.source.filter",
+                        &["metricsFormat"],
+                    ) else {
+                        ok = false;
+                        continue;
+                    };
+                    let Some(formats) = f.iter().find(|x| x.key == "metricsFormat") else {
+                        continue;
+                    };
+                    let Some(list) = cx.string_list(
+                        &formats.value,
+                        "metricsFormat",
+                        "a list of regular expressions",
+                    ) else {
+                        ok = false;
+                        continue;
+                    };
+                    for (re, pos) in list {
+                        match sluice_runtime::metrics::check_filter(&re) {
+                            Ok(()) => out.filters.push(re),
+                            Err(e) => {
+                                cx.d.error(pos, format!("metricsFormat '{re}' cannot be read: {e}"))
+                                    .help("a filter is a regular expression with two groups: the metric's name, then its value, as in ([\\w|-]+)\\s*=\\s*([+-]?\\d*(\\.\\d+)?)");
+                                ok = false;
+                            }
+                        }
+                    }
+                }
+                "fileSystemPath" if !file_kind => {
+                    // Katib's StdOut collector reads the container's log whatever this says.
+                    cx.d.warning(e.key_pos, "fileSystemPath has no effect with the StdOut collector")
+                        .help("Katib reads it for the File and TensorFlowEvent collectors; remove it, or write collector kind: File");
+                }
+                "fileSystemPath" => {
+                    let Some(fs) = cx.fields(
+                        &e.value,
+                        "metricsCollectorSpec.source.fileSystemPath",
+                        &["path", "kind", "format"],
+                    ) else {
+                        ok = false;
+                        continue;
+                    };
+                    for x in fs {
+                        match x.key.as_str() {
+                            "path" => {
+                                if let Some(p) = cx.string(&x.value, "fileSystemPath.path") {
+                                    path = Some((p, x.value.pos));
+                                } else {
+                                    ok = false;
+                                }
+                            }
+                            "kind" => match cx.string(&x.value, "fileSystemPath.kind").as_deref() {
+                                Some("File") => {}
+                                Some(other) => {
+                                    cx.d.error(x.value.pos, format!("fileSystemPath kind '{other}' is not File"))
+                                        .help("the File collector reads one file (kind: File); a Directory is for the TensorFlowEvent collector");
+                                    ok = false;
+                                }
+                                None => ok = false,
+                            },
+                            _ => {
+                                match cx.string(&x.value, "fileSystemPath.format").as_deref() {
+                                    Some("TEXT") => format = FileFormat::Text,
+                                    Some("JSON") => format = FileFormat::Json,
+                                    Some(other) => {
+                                        let d = cx.d.error(x.value.pos, format!("fileSystemPath format '{other}' is not TEXT or JSON"));
+                                        d.suggest(other, ["TEXT", "JSON"]);
+                                        if d.help.is_empty() {
+                                            d.help("TEXT: lines of NAME=VALUE (or what source.filter matches); JSON: one object per line");
+                                        }
+                                        ok = false;
+                                    }
+                                    None => ok = false,
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
     }
+    if file_kind {
+        if let (FileFormat::Json, Some(at)) = (format, filter_at) {
+            cx.d.error(at, "source.filter is for TEXT metrics files")
+                .help(
+                    "a JSON metrics file is read by its keys, as Katib reads it; remove the filter",
+                );
+            ok = false;
+        }
+        let (path, pos) = path.unwrap_or_else(|| (KATIB_METRICS_PATH.to_owned(), kind_pos));
+        let parts = std::path::Path::new(&path).components();
+        if !path.starts_with('/')
+            || parts
+                .into_iter()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            cx.d.error(
+                pos,
+                format!("fileSystemPath.path '{path}' is not an absolute path without '..'"),
+            )
+            .help("Katib needs the metrics file's absolute path, as /var/log/katib/metrics.log");
+            ok = false;
+        }
+        out.file = Some((
+            MetricsFile {
+                path,
+                format,
+                names: Vec::new(),
+            },
+            pos,
+        ));
+    }
+    ok.then_some(out)
 }
 
 /// The experiment's parameters, and where each was written.
@@ -840,7 +1102,10 @@ fn parameter(
                     d.pos,
                     format!("distribution '{other}' cannot be honoured by sluice"),
                 );
-                diag.suggest(other, ["uniform", "logUniform"]);
+                // Katib's own normal priors are not typos of the uniform ones.
+                if !matches!(other, "normal" | "logNormal") {
+                    diag.suggest(other, ["uniform", "logUniform"]);
+                }
                 diag.help("sluice samples uniform and logUniform");
                 return None;
             }
@@ -1096,7 +1361,12 @@ fn trial_parameters(cx: &mut Cx<'_>, node: &Node, params: Option<&Params>) -> Tr
 }
 
 /// The trial: the primary container of the trial's Job, as a sluice trial step.
-fn trial(cx: &mut Cx<'_>, node: &Node, params: Option<&Params>) -> Option<Step> {
+fn trial(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    params: Option<&Params>,
+    metrics_file: Option<&(MetricsFile, Pos)>,
+) -> Option<Step> {
     cx.fields(node, "trialTemplate", TRIAL_TEMPLATE_FIELDS)?;
     if let Some(c) = node.get("configMap") {
         cx.d.error(
@@ -1241,6 +1511,8 @@ fn trial(cx: &mut Cx<'_>, node: &Node, params: Option<&Params>) -> Option<Step> 
     // The container's env, with trial parameters replaced; `$(NAME)` in later values and in
     // the command reads them, as Kubernetes expands it.
     let mut env_text: BTreeMap<String, String> = BTreeMap::new();
+    // The command's words and env values as written: where the File collector's path must be.
+    let mut written: Vec<String> = Vec::new();
     let mut env: Vec<Entry> = Vec::new();
     if let Some(list) = container.get("env") {
         match list.as_seq() {
@@ -1289,6 +1561,7 @@ fn trial(cx: &mut Cx<'_>, node: &Node, params: Option<&Params>) -> Option<Step> 
                     };
                     let replaced = expand_vars(&replaced, &env_text);
                     env_text.insert(name.clone(), replaced.clone());
+                    written.push(text);
                     env.push(Entry {
                         key: name,
                         key_pos: item.pos,
@@ -1319,12 +1592,26 @@ fn trial(cx: &mut Cx<'_>, node: &Node, params: Option<&Params>) -> Option<Step> 
                 Some(replaced) => words.push(quoted(item, expand_vars(&replaced, &env_text))),
                 None => ok = false,
             }
+            written.push(text);
         }
     }
     if words.is_empty() && ok {
         cx.d.error(container.pos, "the trial's container has no command")
             .help("give the container a command (and args) to run");
         return None;
+    }
+    if let Some((f, pos)) = metrics_file
+        && !written.iter().any(|w| w.contains(&f.path))
+    {
+        cx.d.error(
+            *pos,
+            format!(
+                "the File collector's path '{}' is not in the trial container's command, args or env",
+                f.path
+            ),
+        )
+        .help("sluice gives each trial its own metrics file by replacing the path where the container passes it (--log-path=PATH); pass the path to the program");
+        ok = false;
     }
     if !ok {
         return None;
@@ -1958,12 +2245,127 @@ spec:
         );
         let strategy = errors(&edit(
             "objectiveMetricName: loss}",
-            "objectiveMetricName: loss, metricStrategies: [{name: loss, value: min}]}",
+            "objectiveMetricName: loss, metricStrategies: [{name: loss, value: best}, {name: acc, value: max}]}",
         ));
         assert!(
-            strategy.contains("metricStrategies value 'min' cannot be honoured"),
+            strategy.contains("metricStrategies value 'best' is not min, max or latest"),
             "{strategy}"
         );
+        assert!(
+            strategy.contains("metricStrategies names 'acc', which is neither the objective nor an additional metric"),
+            "{strategy}"
+        );
+    }
+
+    #[test]
+    fn the_objective_s_strategy_defaults_by_its_type_as_katib_s() {
+        // Minimize: the objective's smallest observation; an additional metric's last.
+        let (s, _) = clean(&edit(
+            "objectiveMetricName: loss}",
+            "objectiveMetricName: loss, additionalMetricNames: [acc]}",
+        ));
+        assert_eq!(
+            s.objective.strategies,
+            BTreeMap::from([("loss".into(), Strategy::Min)])
+        );
+        // Written ones win; latest is the runtime's default, so it is not carried.
+        let (s, _) = clean(&edit(
+            "objectiveMetricName: loss}",
+            "objectiveMetricName: loss, additionalMetricNames: [acc], metricStrategies: [{name: acc, value: max}, {name: loss, value: latest}]}",
+        ));
+        assert_eq!(
+            s.objective.strategies,
+            BTreeMap::from([("acc".into(), Strategy::Max)])
+        );
+    }
+
+    /// The example with a File collector and the trial's args passing its path.
+    fn with_file_collector(source: &str) -> String {
+        edit(
+            "  maxTrialCount: 5",
+            &format!("  maxTrialCount: 5\n  metricsCollectorSpec:\n    collector: {{kind: File}}\n{source}"),
+        )
+        .replacen(
+            r#""--layers", "#,
+            r#""--log-path=/katib/metrics.log", "--layers", "#,
+            1,
+        )
+    }
+
+    #[test]
+    fn the_file_collector_reads_the_file_the_trial_is_given() {
+        let (s, _) = clean(&with_file_collector(
+            "    source:\n      fileSystemPath: {path: /katib/metrics.log, kind: File}\n      filter: {metricsFormat: [\"{metricName: ([\\\\w|-]+), metricValue: ((-?\\\\d+)(\\\\.\\\\d+)?)}\"]}\n",
+        ));
+        let file = s.trial.collect.file.as_ref().expect("a metrics file");
+        assert_eq!(file.path, "/katib/metrics.log");
+        assert_eq!(file.format, FileFormat::Text);
+        assert_eq!(s.trial.collect.filters.len(), 1);
+        // Katib's sidecar reads the file alone.
+        assert!(!s.trial.metrics_stdout);
+        // JSON: read by the experiment's metric names.
+        let (s, _) = clean(&with_file_collector(
+            "    source:\n      fileSystemPath: {path: /katib/metrics.log, kind: File, format: JSON}\n",
+        ));
+        let file = s.trial.collect.file.as_ref().expect("a metrics file");
+        assert_eq!(
+            (file.format, file.names.clone()),
+            (FileFormat::Json, vec!["loss".to_owned()])
+        );
+        // The StdOut collector with filters reads the output through them.
+        let (s, _) = clean(&edit(
+            "  maxTrialCount: 5",
+            "  maxTrialCount: 5\n  metricsCollectorSpec:\n    source: {filter: {metricsFormat: [\"(\\\\w+) is (\\\\d+)\"]}}\n",
+        ));
+        assert!(s.trial.metrics_stdout && s.trial.collect.file.is_none());
+        assert_eq!(s.trial.collect.filters, vec!["(\\w+) is (\\d+)".to_owned()]);
+    }
+
+    #[test]
+    fn a_file_system_path_with_the_stdout_collector_is_a_warning() {
+        // Katib's StdOut collector reads the container's log whatever the path says.
+        let (s, diags) = clean(&edit(
+            "  maxTrialCount: 5",
+            "  maxTrialCount: 5\n  metricsCollectorSpec:\n    source: {fileSystemPath: {path: /katib/x.log}}\n",
+        ));
+        assert!(
+            diags.iter().any(|d| d.severity == Severity::Warning
+                && d.message == "fileSystemPath has no effect with the StdOut collector"),
+            "{diags:#?}"
+        );
+        assert!(s.trial.metrics_stdout && s.trial.collect.file.is_none());
+    }
+
+    #[test]
+    fn a_file_collector_sluice_cannot_honour_is_refused() {
+        // Katib's default path, which the trial is never given.
+        let e = errors(&edit(
+            "  maxTrialCount: 5",
+            "  maxTrialCount: 5\n  metricsCollectorSpec: {collector: {kind: File}}",
+        ));
+        assert!(
+            e.contains("the File collector's path '/var/log/katib/metrics.log' is not in the trial container's command, args or env"),
+            "{e}"
+        );
+        let e = errors(&with_file_collector(
+            "    source:\n      fileSystemPath: {path: /katib/metrics.log, kind: Directory, format: JSON}\n      filter: {metricsFormat: [\"(\\\\w+)\"]}\n",
+        ));
+        assert!(
+            e.contains("fileSystemPath kind 'Directory' is not File"),
+            "{e}"
+        );
+        assert!(
+            e.contains("metricsFormat '(\\w+)' cannot be read: it has 1 group(s)"),
+            "{e}"
+        );
+        let e = errors(&with_file_collector(
+            "    source:\n      fileSystemPath: {path: /katib/metrics.log, format: JSON}\n      filter: {metricsFormat: [\"(a)(b)\"]}\n",
+        ));
+        assert!(e.contains("source.filter is for TEXT metrics files"), "{e}");
+        let e = errors(&with_file_collector(
+            "    source:\n      fileSystemPath: {path: katib/metrics.log}\n",
+        ));
+        assert!(e.contains("is not an absolute path"), "{e}");
     }
 
     #[test]

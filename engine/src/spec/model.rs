@@ -14,6 +14,10 @@ use super::expr::Expr;
 use super::template::{RefAt, Template};
 use super::yaml::Node;
 
+/// What the runtime is told about collecting a step's metrics beyond `NAME=VALUE` lines (Katib's
+/// collectors, filters and strategies): carried verbatim into `launch.json`.
+pub use sluice_runtime::contract::{Collect, FileFormat, MetricsFile, Strategy};
+
 /// Common to every document.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metadata {
@@ -69,6 +73,10 @@ pub struct Objective {
     pub goal: Goal,
     pub target: Option<f64>,
     pub additional_metrics: Vec<String>,
+    /// Which observation of a metric is a trial's value, for the metrics that do not take the
+    /// last one (a `kind: Sweep`'s `objective.strategy`, Katib's `metricStrategies` and its
+    /// defaults). Given to each trial's runtime, which computes the value.
+    pub strategies: BTreeMap<String, Strategy>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -285,7 +293,12 @@ pub struct Step {
     pub when: Option<When>,
     pub priority: Option<String>,
     pub interruptible: bool,
+    /// Read `NAME=VALUE` pairs on standard output and standard error (`metrics: {stdout: false}`
+    /// turns it off).
     pub metrics_stdout: bool,
+    /// Katib's metrics collector (filters, a metrics file) and the strategies of a sweep's
+    /// trial; the default for everything else.
+    pub collect: Collect,
     /// Listed in the pipeline's `onExit`: runs after everything else, outside the DAG.
     pub on_exit: bool,
 }

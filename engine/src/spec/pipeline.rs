@@ -720,6 +720,7 @@ fn decode_step(
         priority: s.priority,
         interruptible: s.interruptible.unwrap_or(false),
         metrics_stdout: s.metrics_stdout.unwrap_or(true),
+        collect: Default::default(),
         on_exit: false,
     })
 }

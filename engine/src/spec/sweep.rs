@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::decode::Cx;
 use super::model::{
-    Budget, EarlyStopping, Goal, Metadata, Objective, Sweep, SweepAlgorithm, SweepParam,
+    Budget, EarlyStopping, Goal, Metadata, Objective, Strategy, Sweep, SweepAlgorithm, SweepParam,
 };
 use super::template::{Ref, Scope};
 use super::yaml::Node;
@@ -135,7 +135,7 @@ fn objective(cx: &mut Cx<'_>, node: &Node) -> Option<Objective> {
     cx.fields(
         node,
         "objective",
-        &["metric", "goal", "target", "additionalMetrics"],
+        &["metric", "goal", "target", "additionalMetrics", "strategy"],
     )?;
     let metric = match node.get("metric") {
         Some(m) => cx.string(m, "objective.metric"),
@@ -173,11 +173,37 @@ fn objective(cx: &mut Cx<'_>, node: &Node) -> Option<Objective> {
         .and_then(|m| cx.string_list(m, "objective.additionalMetrics", "a list of metric names"))
         .map(|l| l.into_iter().map(|(name, _)| name).collect())
         .unwrap_or_default();
+    // Which observation is a trial's value: the last (the default), or its best as Katib's
+    // `metricStrategies` pick it (`max`, `min`).
+    let strategy = match node.get("strategy") {
+        None => Some(Strategy::Latest),
+        Some(n) => match cx.string(n, "objective.strategy").as_deref() {
+            Some("latest") => Some(Strategy::Latest),
+            Some("max") => Some(Strategy::Max),
+            Some("min") => Some(Strategy::Min),
+            Some(other) => {
+                let d = cx.d.error(
+                    n.pos,
+                    format!("objective.strategy '{other}' is not latest, max or min"),
+                );
+                d.suggest(other, ["latest", "max", "min"]);
+                d.help("a trial's value is its last observation (latest), or its largest (max) or smallest (min)");
+                None
+            }
+            None => None,
+        },
+    };
+    let metric = metric?;
+    let strategies = match strategy? {
+        Strategy::Latest => BTreeMap::new(),
+        s => BTreeMap::from([(metric.clone(), s)]),
+    };
     Some(Objective {
-        metric: metric?,
+        metric,
         goal: goal?,
         target,
         additional_metrics,
+        strategies,
     })
 }
 

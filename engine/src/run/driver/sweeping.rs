@@ -265,6 +265,11 @@ pub(super) fn expand(pipeline: &mut Pipeline) -> Result<Vec<Sweeper>, Error> {
             (format!("{}.trial", step.name), step.name.clone())
         };
         let mut trial = sweep.trial.clone();
+        // The runtime computes each metric's value as the objective's strategies say.
+        trial
+            .collect
+            .strategies
+            .extend(sweep.objective.strategies.clone());
         trial.name = trial_step.clone();
         trial.needs.clear();
         trial.on_exit = false;
@@ -312,6 +317,9 @@ pub struct TrialReport {
     pub state: String,
     pub params: serde_json::Value,
     pub value: Option<f64>,
+    /// Why it failed, was stopped or waits (a failed trial's ends with the last lines of its
+    /// standard error), as its row says.
+    pub reason: Option<String>,
 }
 
 /// The trials of the (first) sweep of a run, from its rows; None when the run has no sweep.
@@ -333,6 +341,7 @@ pub fn report(pipeline: &Pipeline, rows: &[StepRow]) -> Option<Report> {
                     .and_then(|i| serde_json::from_str(i).ok())
                     .unwrap_or(serde_json::Value::Null),
                 value: s.value(r),
+                reason: r.reason.clone(),
             })
         })
         .collect();
