@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replays the real GPU-cluster traces of /work/shared/data/traces (see docs/traces.md) under
+# Replays the real GPU-cluster traces of examples/simulate/traces (see docs/traces.md) under
 # fifo, priority and fair, one `sluice simulate` per policy (so each gets its own wall time),
 # and prints one table.
 #   bench/trace_replay.sh                 # all replays
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SLUICE=${SLUICE:-${CARGO_TARGET_DIR:-target}/release/sluice}
-TRACES=${TRACES:-/work/shared/data/traces}
+TRACES=${TRACES:-examples/simulate/traces}
 C=examples/simulate/traces
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

@@ -18,8 +18,11 @@ use crate::scheduler::simulate::{self, Report, SimJob};
 use crate::spec;
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  \
-    sluice simulate --cluster ../shared/data/... --workload jobs.csv --policy fifo --policy fair")]
+#[command(after_help = "Examples, from the repository's root:\n  \
+    sluice simulate --cluster examples/simulate/lab.yaml \\\n    \
+    --workload examples/simulate/jobs.csv --policy fifo --policy fair\n  \
+    sluice simulate --cluster examples/simulate/traces/kalos.yaml \\\n    \
+    --workload examples/simulate/traces/acme-kalos-2023-gangs.csv")]
 pub struct Args {
     /// The Cluster file: pools, teams, priorities, scheduling settings.
     #[arg(long, value_name = "FILE")]
