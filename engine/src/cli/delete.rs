@@ -22,7 +22,8 @@ use crate::store::{Marked, RunRow, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Runs to delete: ids or unambiguous prefixes of ids. Each must have ended.
+    /// Runs to delete: ids, unambiguous prefixes of ids, @latest or NAME@latest. Each must have
+    /// ended.
     #[arg(required = true, value_name = "RUN")]
     pub runs: Vec<String>,
 }
