@@ -253,9 +253,8 @@ pub async fn start(
             });
         }
     }
-    if cluster.is_none() {
-        warn_images(&shown, &text, pipeline);
-    }
+    // Cluster mode runs steps here too (as processes on the declared nodes' GPUs).
+    warn_images(&shown, &text, pipeline);
     let document = (loaded.documents.len() > 1).then(|| pipeline.metadata.name.clone());
     let team = &pipeline.metadata.team;
     let max_queued = cluster.as_ref().and_then(|(_, _, spec, _)| {
@@ -333,10 +332,18 @@ fn warn_images(shown: &str, text: &str, pipeline: &crate::spec::model::Pipeline)
     let Some(first) = images.first() else {
         return;
     };
+    // The first `image:` key, in block (`image: x`) or flow (`{name: a, image: x}`) style.
     let pos = text.lines().enumerate().find_map(|(i, line)| {
-        let col = line.find("image:")?;
-        let before = line[..col].trim_start_matches([' ', '-']);
-        before.is_empty().then_some(spec::Pos {
+        if line.trim_start().starts_with('#') {
+            return None;
+        }
+        let col = line.match_indices("image:").map(|(c, _)| c).find(|&c| {
+            line[..c]
+                .chars()
+                .next_back()
+                .is_none_or(|b| matches!(b, ' ' | '\t' | '{' | ',' | '-'))
+        })?;
+        Some(spec::Pos {
             line: u32::try_from(i + 1).unwrap_or(u32::MAX),
             column: u32::try_from(col + 1).unwrap_or(u32::MAX),
         })
@@ -443,7 +450,25 @@ async fn drive(
     if let Err(e) = run::reap::collect(store, Some(id)).await {
         tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
     }
-    let driver = match Driver::open(store.clone(), id).await? {
+    let opened = match Driver::open(store.clone(), id).await {
+        // A run this version cannot drive (what it holds cannot be read or expanded) ends
+        // `Failed`, saying why, rather than staying `Running` with no engine.
+        Err(run::driver::Error::Invalid(why)) => {
+            store
+                .commit(
+                    id,
+                    crate::store::Change {
+                        run_end: Some((rs::FAILED.to_owned(), Some(why.clone()))),
+                        ..crate::store::Change::default()
+                    },
+                )
+                .await?;
+            store.release_lease(id, &run::engine::me(0).owner).await?;
+            return Err(Error::Usage(format!("run {id} cannot be driven: {why}")));
+        }
+        other => other?,
+    };
+    let driver = match opened {
         Ok(d) => d,
         Err(Ending::Ended(state)) => {
             if !quiet {

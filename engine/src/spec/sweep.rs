@@ -540,7 +540,45 @@ fn algorithm(
                 );
                 ok = false;
             }
-            Some(_) => {}
+            Some(r) => {
+                let settings = node.get("settings").map_or(node.pos, |s| s.pos);
+                match params.and_then(|p| p.get(r)) {
+                    Some(SweepParam::Categorical { .. }) => {
+                        cx.d.error(
+                            settings,
+                            format!("algorithm.settings.resource '{r}' is a categorical parameter; a trial's budget is a number"),
+                        )
+                        .help(format!("make '{r}' an int or float parameter (epochs: {{type: int, min: 1, max: 27}})"));
+                        ok = false;
+                    }
+                    // Budgets grow by `eta` from the smallest: a smallest budget of 0 (or less)
+                    // never grows into the largest one.
+                    Some(SweepParam::Int { min, .. })
+                        if alg.min_resource.is_none() && *min <= 0 =>
+                    {
+                        cx.d.error(settings, format!("the resource '{r}' starts at {min}: {name} needs a smallest budget above 0"))
+                            .help("give the parameter a min of at least 1, or set settings.minResource");
+                        ok = false;
+                    }
+                    Some(SweepParam::Float { min, .. })
+                        if alg.min_resource.is_none() && *min <= 0.0 =>
+                    {
+                        cx.d.error(settings, format!("the resource '{r}' starts at {min}: {name} needs a smallest budget above 0"))
+                            .help("give the parameter a min above 0, or set settings.minResource");
+                        ok = false;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(lo) = alg.min_resource
+            && lo <= 0.0
+        {
+            cx.d.error(
+                node.pos,
+                format!("algorithm.settings.minResource ({lo}) must be above 0: budgets grow from it by eta"),
+            );
+            ok = false;
         }
         if let (Some(lo), Some(hi)) = (alg.min_resource, alg.max_resource)
             && lo >= hi
