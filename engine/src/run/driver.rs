@@ -1810,13 +1810,7 @@ impl Driver {
         let mut attempt = live.attempt;
         let idx = self.by_name[name];
         let step = self.step_of(&self.rows[idx]).clone();
-        attempt.exit_code = result.exit_code.map(i64::from);
-        attempt.signal = result.signal.map(i64::from);
-        attempt.reason = result.reason.clone();
-        attempt.ended_at = Some(result.ended_at.clone());
-        if !result.metrics.is_empty() {
-            attempt.metrics = serde_json::to_string(&result.metrics).ok();
-        }
+        super::probe::record_end(&mut attempt, &result);
         let dir = PathBuf::from(&attempt.dir);
         if !result.metrics.is_empty() {
             let mut metrics: BTreeMap<String, f64> = self.rows[idx]

@@ -83,3 +83,15 @@ pub fn read_result(dir: &Path) -> Option<contract::Result> {
     let text = std::fs::read(dir.join(contract::RESULT_FILE)).ok()?;
     serde_json::from_slice(&text).ok()
 }
+
+/// Copies how an attempt ended (exit code, signal, reason, metrics, end time) from its result
+/// into its row; the state is the caller's to decide.
+pub fn record_end(a: &mut crate::store::AttemptRow, result: &contract::Result) {
+    a.exit_code = result.exit_code.map(i64::from);
+    a.signal = result.signal.map(i64::from);
+    a.reason = result.reason.clone();
+    a.ended_at = Some(result.ended_at.clone());
+    if !result.metrics.is_empty() {
+        a.metrics = serde_json::to_string(&result.metrics).ok();
+    }
+}

@@ -81,13 +81,7 @@ fn ended_row(mut a: AttemptRow, found: Probe, cancelled: bool) -> Option<Attempt
                 End::Terminated => at::PREEMPTED,
             }
             .into();
-            a.exit_code = result.exit_code.map(i64::from);
-            a.signal = result.signal.map(i64::from);
-            a.reason = result.reason.clone();
-            a.ended_at = Some(result.ended_at.clone());
-            if !result.metrics.is_empty() {
-                a.metrics = serde_json::to_string(&result.metrics).ok();
-            }
+            super::probe::record_end(&mut a, &result);
         }
         Probe::Vanished(reason) => {
             a.state = at::LOST.into();

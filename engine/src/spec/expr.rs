@@ -27,6 +27,20 @@ pub enum Op {
     Ge,
 }
 
+impl Op {
+    /// The operator as written in a condition.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Op::Eq => "==",
+            Op::Ne => "!=",
+            Op::Lt => "<",
+            Op::Le => "<=",
+            Op::Gt => ">",
+            Op::Ge => ">=",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operand {
     /// A quoted string: never a number, never templated.
@@ -281,17 +295,7 @@ fn describe(t: &Tok) -> String {
         Tok::Not => "'!'".into(),
         Tok::And => "'&&'".into(),
         Tok::Or => "'||'".into(),
-        Tok::Op(op) => format!(
-            "'{}'",
-            match op {
-                Op::Eq => "==",
-                Op::Ne => "!=",
-                Op::Lt => "<",
-                Op::Le => "<=",
-                Op::Gt => ">",
-                Op::Ge => ">=",
-            }
-        ),
+        Tok::Op(op) => format!("'{}'", op.symbol()),
         Tok::Quoted(s) => format!("{s:?}"),
         Tok::Word(w, _) => format!("'{w}'"),
     }
@@ -432,15 +436,12 @@ impl Expr {
                 b.explain_nested(resolve)?
             ),
             Expr::Compare(op, a, b) => {
-                let op = match op {
-                    Op::Eq => "==",
-                    Op::Ne => "!=",
-                    Op::Lt => "<",
-                    Op::Le => "<=",
-                    Op::Gt => ">",
-                    Op::Ge => ">=",
-                };
-                format!("{} {op} {}", shown(a, resolve)?, shown(b, resolve)?)
+                format!(
+                    "{} {} {}",
+                    shown(a, resolve)?,
+                    op.symbol(),
+                    shown(b, resolve)?
+                )
             }
         })
     }

@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use super::rows::{AttemptRow, Event, Holder, attempt_row, insert_events};
+use super::rows::{AttemptRow, Event, Holder, attempt_row, end_running_attempt, insert_events};
 use super::{Error, Store};
 
 /// A `Running` attempt of a `Running` run, with what tells whether the run's engine lives.
@@ -25,22 +25,11 @@ impl Store {
         .await?;
         Ok(rows
             .iter()
-            .map(|r| {
-                let owner: Option<String> = r.get("r_owner");
-                let until: Option<i64> = r.get("r_until");
-                Orphan {
-                    run_id: r.get("run_id"),
-                    holder: match (owner, until) {
-                        (Some(owner), Some(until)) => Some(Holder {
-                            owner,
-                            until,
-                            started: r.get("r_started"),
-                        }),
-                        _ => None,
-                    },
-                    cancel_requested: r.get::<i64, _>("r_cancel") != 0,
-                    attempt: attempt_row(r),
-                }
+            .map(|r| Orphan {
+                run_id: r.get("run_id"),
+                holder: Holder::of(r.get("r_owner"), r.get("r_until"), r.get("r_started")),
+                cancel_requested: r.get::<i64, _>("r_cancel") != 0,
+                attempt: attempt_row(r),
             })
             .collect())
     }
@@ -54,17 +43,7 @@ impl Store {
         .await?;
         Ok(rows
             .iter()
-            .map(|r| {
-                let holder = match (r.get::<Option<String>, _>(1), r.get::<Option<i64>, _>(2)) {
-                    (Some(owner), Some(until)) => Some(Holder {
-                        owner,
-                        until,
-                        started: r.get(3),
-                    }),
-                    _ => None,
-                };
-                (r.get(0), holder)
-            })
+            .map(|r| (r.get(0), Holder::of(r.get(1), r.get(2), r.get(3))))
             .collect())
     }
 
@@ -90,19 +69,7 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let mut changed = 0;
         for (run, a) in ended {
-            let n = sqlx::query("UPDATE attempts SET state = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ? AND state = 'Running'")
-                .bind(&a.state)
-                .bind(a.exit_code)
-                .bind(a.signal)
-                .bind(&a.reason)
-                .bind(&a.metrics)
-                .bind(&a.ended_at)
-                .bind(run)
-                .bind(&a.step)
-                .bind(a.number)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let n = end_running_attempt(&mut tx, run, a).await?;
             if n > 0 {
                 changed += n;
                 insert_events(

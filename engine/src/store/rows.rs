@@ -95,14 +95,29 @@ pub struct Holder {
     pub started: Option<i64>,
 }
 
+impl Holder {
+    /// The holder the lease columns name, if an engine took the lease and has not let go.
+    pub(super) fn of(
+        owner: Option<String>,
+        until: Option<i64>,
+        started: Option<i64>,
+    ) -> Option<Holder> {
+        Some(Holder {
+            owner: owner?,
+            until: until?,
+            started,
+        })
+    }
+}
+
 impl RunRow {
     /// The engine holding the lease, if one took it and has not let go.
     pub fn holder(&self) -> Option<Holder> {
-        Some(Holder {
-            owner: self.lease_owner.clone()?,
-            until: self.lease_until?,
-            started: self.lease_started,
-        })
+        Holder::of(
+            self.lease_owner.clone(),
+            self.lease_until,
+            self.lease_started,
+        )
     }
 }
 
@@ -180,6 +195,9 @@ const INSERT_STEP: &str = "INSERT INTO steps (run_id, name, step, item, state, r
 const UPDATE_STEP: &str = "UPDATE steps SET item = ?, state = ?, reason = ?, attempts = ?, retries_used = ?, not_before = ?, metrics = ?, outputs = ?, cache_key = ?, started_at = ?, ended_at = ? WHERE run_id = ? AND name = ?";
 const START_ATTEMPT: &str = "INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, pid, exit_code, signal, reason, started_at, ended_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM (SELECT COALESCE(SUM(millicpu), 0) AS cpu, COALESCE(SUM(memory), 0) AS mem FROM attempts WHERE state = 'Running' AND job IS NULL) AS used WHERE (used.cpu + ? <= ? AND used.mem + ? <= ?) OR (used.cpu = 0 AND used.mem = 0)";
 const UPDATE_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ?";
+/// As `UPDATE_ATTEMPT`, only while the row still says `Running` (another process's record of
+/// an end never overwrites the one the run's engine made).
+const UPDATE_RUNNING_ATTEMPT: &str = "UPDATE attempts SET state = ?, pid = ?, exit_code = ?, signal = ?, reason = ?, metrics = ?, ended_at = ? WHERE run_id = ? AND step = ? AND number = ? AND state = 'Running'";
 
 pub(super) type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
@@ -229,7 +247,25 @@ pub(super) async fn update_attempt(
     run: &str,
     a: &AttemptRow,
 ) -> Result<(), Error> {
-    sqlx::query(UPDATE_ATTEMPT)
+    write_attempt(tx, run, a, UPDATE_ATTEMPT).await.map(|_| ())
+}
+
+/// Records an attempt's end unless its row no longer says `Running`; how many rows changed.
+pub(super) async fn end_running_attempt(
+    tx: &mut Tx<'_>,
+    run: &str,
+    a: &AttemptRow,
+) -> Result<u64, Error> {
+    write_attempt(tx, run, a, UPDATE_RUNNING_ATTEMPT).await
+}
+
+async fn write_attempt(
+    tx: &mut Tx<'_>,
+    run: &str,
+    a: &AttemptRow,
+    sql: &'static str,
+) -> Result<u64, Error> {
+    Ok(sqlx::query(sql)
         .bind(&a.state)
         .bind(a.pid)
         .bind(a.exit_code)
@@ -241,8 +277,8 @@ pub(super) async fn update_attempt(
         .bind(&a.step)
         .bind(a.number)
         .execute(&mut **tx)
-        .await?;
-    Ok(())
+        .await?
+        .rows_affected())
 }
 
 pub(super) async fn insert_events(
@@ -609,17 +645,7 @@ impl Store {
                 .bind(run)
                 .fetch_one(&mut *tx)
                 .await?;
-        let holder = match (
-            row.get::<Option<String>, _>(0),
-            row.get::<Option<i64>, _>(1),
-        ) {
-            (Some(owner), Some(until)) => Some(Holder {
-                owner,
-                until,
-                started: row.get(2),
-            }),
-            _ => None,
-        };
+        let holder = Holder::of(row.get(0), row.get(1), row.get(2));
         if let Some(h) = holder
             && h.owner != me.owner
             && !force
