@@ -565,7 +565,7 @@ pub fn best_of(
 }
 
 /// The best trial (its point and loss) of `n` sequential trials, as [`best_of`] runs them; the
-/// earliest of equal ones. None when `n` is 0.
+/// earliest of equal ones. None when `n` is 0. (`best_of` is its loss, infinite for none.)
 pub fn best_trial(
     space: &Space,
     settings: &Settings,
@@ -585,9 +585,14 @@ pub fn best_trial(
         let loss = f(&point);
         history.push(Observation { point, loss });
     }
-    history
-        .into_iter()
-        .reduce(|best, o| if o.loss < best.loss { o } else { best })
+    // A NaN loss (a trial without a value) is never the best while another has one.
+    history.into_iter().reduce(|best, o| {
+        if o.loss < best.loss || (best.loss.is_nan() && !o.loss.is_nan()) {
+            o
+        } else {
+            best
+        }
+    })
 }
 
 /// A value's number (ints and floats), for objective functions.
