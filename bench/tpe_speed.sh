@@ -18,4 +18,5 @@ echo
 echo "| function (minimized) | TPE median best, 20 seeds x 50 trials | random search | target |"
 echo "| --- | ---: | ---: | ---: |"
 cargo test --release -q -p sluice-engine tpe_beats -- --nocapture 2>&1 \
-  | awk '/^(branin|hartmann6|lr):/ { sub(":", "", $1); printf "| %s | %s | %s | %s |\n", $1, $3, $5, $7 }'
+  | awk 'match($0, /(branin|hartmann6|lr): tpe .*/) {
+    $0 = substr($0, RSTART, RLENGTH); sub(":", "", $1); printf "| %s | %s | %s | %s |\n", $1, $3, $5, $7 }'

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Optuna's TPE on the sweep issue's test functions: the median best of 20 seeds at 50
-sequential trials, for bench/tpe_vs_optuna.sh (which installs Optuna). Prints one line per
-function: NAME MEDIAN. Arguments: [SEEDS (20)] [FIRST SEED (0)]."""
+"""Optuna's TPE on the sweep issue's test functions: the best of each seed at 50 sequential
+trials, for bench/tpe_vs_optuna.sh (which installs Optuna). Prints one line per function:
+NAME MEDIAN MEAN ADAMW, ADAMW being how many seeds' best trial uses `adamw` (log-lr only, `-`
+elsewhere). Arguments: [SEEDS (20)] [FIRST SEED (0)] [FUNCTIONS (branin,hartmann6,lr)]."""
 import math
 import statistics
 import sys
@@ -42,10 +43,13 @@ def lr(t):
 
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 base = int(sys.argv[2]) if len(sys.argv) > 2 else 0  # the first seed
-for name, f in [("branin", branin), ("hartmann6", hartmann6), ("lr", lr)]:
-    bests = []
+names = sys.argv[3].split(",") if len(sys.argv) > 3 else ["branin", "hartmann6", "lr"]
+functions = {"branin": branin, "hartmann6": hartmann6, "lr": lr}
+for name in names:
+    bests, adamw = [], 0
     for seed in range(base, base + seeds):
         study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True))
-        study.optimize(f, n_trials=50)
+        study.optimize(functions[name], n_trials=50)
         bests.append(study.best_value)
-    print(name, statistics.median(bests))
+        adamw += study.best_params.get("opt") == "adamw"
+    print(name, statistics.median(bests), statistics.fmean(bests), adamw if name == "lr" else "-")

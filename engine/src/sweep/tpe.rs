@@ -9,8 +9,12 @@
 //! highest `log l(x) - log g(x)` is proposed. Bandwidths come from the distances between
 //! neighbouring observations, as Optuna 5 computes them (see [`neighbour_sigmas`]).
 //!
-//! One departure from Optuna: inside the "below" group, better trials weigh more (see
+//! Departures from Optuna: inside the "below" group, better trials weigh more (see
 //! [`rank_weights`]); the "above" group keeps Optuna's weights (older trials weigh less).
+//! Categorical parameters are tried evenly during the random startup trials (see
+//! [`stratify_choices`]), and each observation's categorical kernel keeps more weight on the
+//! other choices (see [`CHOICE_PRIOR`]), so that a choice first tried with poor values of the
+//! other parameters is tried again near the good ones.
 //!
 //! Proposals are a pure function of the seed, the trial's number and the observations given,
 //! so a sweep resumed after a crash proposes what it would have.
@@ -47,6 +51,25 @@ const RANK_DECAY: f64 = 4.0;
 
 const PRIOR_WEIGHT: f64 = 1.0;
 
+/// The prior weight in each observation's categorical kernel, spread evenly over the choices;
+/// the observation's own choice adds 1. With 3 choices the kernel gives its own choice 0.44
+/// and each other 0.28; with 8, 0.27 and 0.10. (The mixture's prior component is still
+/// uniform and weighs [`PRIOR_WEIGHT`].)
+///
+/// Why: TPE's joint density only learns that a choice is good where it has seen it with good
+/// values of the other parameters. With a weight of 1, a good trial's kernel gave its own
+/// choice 0.67 of 3, so once a few good trials shared a choice, candidates with another one
+/// scored lower and were hardly ever proposed: on the log-lr function (`adamw` is 0.3 better
+/// whatever `lr` is) about one seed in twenty never tried `adamw` near the good `lr` again
+/// after the startup trials (the best used it on 380 of seeds 1000..1399, 375 of 2000..2399,
+/// 377 of 3000..3399). With 5, and the startup trials stratified: 399, 399 and 400, and 100
+/// of seeds 0..99, the mean best -0.2991 against Optuna's -0.2960. The other categorical
+/// functions tried (an 8-way choice moving a float's optimum, four 4-way choices with an
+/// interaction, a graded 5-way choice, a log float with an int and a 5-way choice) were as
+/// good or better at 50 and 200 trials. Weights 2 to 12 were tried (docs/benchmarks.md).
+/// Spaces without categorical parameters are unchanged.
+const CHOICE_PRIOR: f64 = 5.0;
+
 /// One finished trial: its parameters and its objective value, as a value to minimize.
 #[derive(Clone, Debug)]
 pub struct Observation {
@@ -67,7 +90,9 @@ pub fn propose(
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed ^ number.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let usable: Vec<&Observation> = history.iter().filter(|o| o.loss.is_finite()).collect();
     if usable.len() < settings.startup.max(2) {
-        return space::sample(space, &mut rng);
+        let mut point = space::sample(space, &mut rng);
+        stratify_choices(space, seed, number, &mut point);
+        return point;
     }
     let params: Vec<(&String, &Param)> = space.iter().collect();
     // Internal coordinates, once per observation (in the order the trials came).
@@ -133,6 +158,41 @@ pub fn propose(
         .zip(x)
         .map(|((name, p), xi)| ((*name).clone(), p.value_at(xi)))
         .collect()
+}
+
+/// A random trial's categorical values, stratified: trials `k*b + 1 ..= k*b + k` of a
+/// `k`-way parameter try each of its choices once, in an order shuffled per block `b` (and per
+/// parameter, so that parameters are not paired). So the 10 startup trials try each of 3
+/// choices 3 or 4 times, where with independent draws a given choice was missing from one
+/// sweep in 60 and came up at most twice in 3 sweeps in 10. Numeric values stay the uniform
+/// draws they were (the same numbers as before this was added).
+///
+/// A pure function of the seed and the trial's number, like the rest of a proposal: which
+/// trials ended, failed or are still running does not change it.
+fn stratify_choices(space: &Space, seed: u64, number: u64, point: &mut Point) {
+    let index = number.saturating_sub(1);
+    for (d, (name, p)) in space.iter().enumerate() {
+        let Param::Categorical { values } = p else {
+            continue;
+        };
+        let k = values.len();
+        if k < 2 {
+            continue;
+        }
+        let block = index / k as u64;
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(
+            seed ^ block.wrapping_add(1).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+                ^ (d as u64)
+                    .wrapping_add(1)
+                    .wrapping_mul(0x94d0_49bb_1331_11eb),
+        );
+        let mut order: Vec<usize> = (0..k).collect();
+        for i in (1..k).rev() {
+            order.swap(i, rng.random_range(0..=i));
+        }
+        let choice = order[(index % k as u64) as usize];
+        point.insert(name.clone(), p.value_at(choice as f64));
+    }
 }
 
 /// One dimension of a mixture.
@@ -222,7 +282,7 @@ impl Mixture {
                         let mut probs: Vec<Vec<f64>> = coords
                             .iter()
                             .map(|c| {
-                                let mut row = vec![PRIOR_WEIGHT / k as f64; k];
+                                let mut row = vec![CHOICE_PRIOR / k as f64; k];
                                 if let Some(cell) = row.get_mut(*c as usize) {
                                     *cell += 1.0;
                                 }
@@ -491,8 +551,8 @@ fn inverse_erf(y: f64) -> f64 {
     x
 }
 
-/// The best observation of a space's points under `f`, for tests and benchmarks: runs `n`
-/// sequential trials of `propose` (TPE) or of uniform draws (`random`), returns the best loss.
+/// The best loss of a space's points under `f`, for tests and benchmarks: runs `n`
+/// sequential trials of `propose` (TPE) or of uniform draws (`random`).
 pub fn best_of(
     space: &Space,
     settings: &Settings,
@@ -501,7 +561,20 @@ pub fn best_of(
     random: bool,
     f: impl Fn(&Point) -> f64,
 ) -> f64 {
-    let mut history = Vec::new();
+    best_trial(space, settings, seed, n, random, f).map_or(f64::INFINITY, |o| o.loss)
+}
+
+/// The best trial (its point and loss) of `n` sequential trials, as [`best_of`] runs them; the
+/// earliest of equal ones. None when `n` is 0. (`best_of` is its loss, infinite for none.)
+pub fn best_trial(
+    space: &Space,
+    settings: &Settings,
+    seed: u64,
+    n: u64,
+    random: bool,
+    f: impl Fn(&Point) -> f64,
+) -> Option<Observation> {
+    let mut history: Vec<Observation> = Vec::new();
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     for number in 1..=n {
         let point = if random {
@@ -512,7 +585,14 @@ pub fn best_of(
         let loss = f(&point);
         history.push(Observation { point, loss });
     }
-    history.iter().map(|o| o.loss).fold(f64::INFINITY, f64::min)
+    // A NaN loss (a trial without a value) is never the best while another has one.
+    history.into_iter().reduce(|best, o| {
+        if o.loss < best.loss || (best.loss.is_nan() && !o.loss.is_nan()) {
+            o
+        } else {
+            best
+        }
+    })
 }
 
 /// A value's number (ints and floats), for objective functions.
@@ -693,6 +773,132 @@ mod tests {
             assert!(
                 tpe <= target,
                 "{name}: tpe {tpe} misses the target {target}"
+            );
+        }
+    }
+
+    /// Optuna 5.1's multivariate TPE on the log-lr function over seeds 0..99 at 50 sequential
+    /// trials: the median and the mean of each seed's best, as `bench/tpe_vs_optuna.py 100 0
+    /// lr` printed them (-0.29929 and -0.29596; its best used `adamw` on all 100 seeds).
+    const OPTUNA_LR_100: (f64, f64) = (-0.2993, -0.2960);
+
+    /// The bar for categorical parameters (issue 13): on the log-lr function, where `adamw` is
+    /// 0.3 better whatever the other parameters are, over seeds 0..99 at 50 sequential trials
+    /// the best trial uses `adamw` on at least 99 seeds, and the median and mean of the best
+    /// values are at least as good as Optuna's. Before the stratified startup and the wider
+    /// categorical kernels, 98 seeds found it (mean -0.2860). Prints the line
+    /// `bench/tpe_vs_optuna.sh` reads.
+    #[test]
+    fn tpe_finds_every_choice_on_99_of_100_seeds() {
+        let space = lr_space();
+        let mut bests = Vec::new();
+        let mut misses = Vec::new();
+        for seed in 0..100 {
+            let best = best_trial(&space, &Settings::default(), seed, 50, false, lr_fn)
+                .expect("50 trials");
+            if !matches!(best.point.get("opt"), Some(Value::Choice(o)) if o == "adamw") {
+                misses.push(seed);
+            }
+            bests.push(best.loss);
+        }
+        bests.sort_by(f64::total_cmp);
+        let median = (bests[49] + bests[50]) / 2.0;
+        let mean = bests.iter().sum::<f64>() / bests.len() as f64;
+        let (optuna_median, optuna_mean) = OPTUNA_LR_100;
+        eprintln!(
+            "lr100: median {median:.4} mean {mean:.4} adamw {}/100 misses {misses:?}",
+            100 - misses.len()
+        );
+        assert!(misses.len() <= 1, "seeds without adamw: {misses:?}");
+        assert!(
+            median <= optuna_median,
+            "median {median} > Optuna's {optuna_median}"
+        );
+        assert!(mean <= optuna_mean, "mean {mean} > Optuna's {optuna_mean}");
+    }
+
+    /// The best trial of `n` trials run `parallel` at a time, as the engine runs TPE: trial
+    /// `N` sees the results of trials `1..=N-parallel`.
+    fn best_in_parallel(space: &Space, seed: u64, n: u64, parallel: u64) -> Observation {
+        let mut history: Vec<Observation> = Vec::new();
+        for number in 1..=n {
+            let seen = number.saturating_sub(parallel) as usize;
+            let point = propose(space, &Settings::default(), seed, number, &history[..seen]);
+            let loss = lr_fn(&point);
+            history.push(Observation { point, loss });
+        }
+        history
+            .into_iter()
+            .reduce(|best, o| if o.loss < best.loss { o } else { best })
+            .expect("trials")
+    }
+
+    /// The categorical bar on seed sets other than the default test's, sequential and 2 or 3
+    /// at a time: the best trial uses `adamw` on at least 99% of each set's seeds (slow: run
+    /// with `--ignored`; the figures in docs/benchmarks.md). Prints each set's median, mean
+    /// and count.
+    #[test]
+    #[ignore]
+    fn tpe_finds_every_choice_on_other_seed_sets() {
+        let space = lr_space();
+        for (first, count, parallel) in [
+            (100, 100, 1),
+            (1000, 400, 1),
+            (2000, 400, 1),
+            (3000, 400, 1),
+            (0, 100, 2),
+            (2000, 200, 3),
+        ] {
+            let mut bests = Vec::new();
+            let mut misses = Vec::new();
+            for seed in first..first + count {
+                let best = best_in_parallel(&space, seed, 50, parallel);
+                if !matches!(best.point.get("opt"), Some(Value::Choice(o)) if o == "adamw") {
+                    misses.push(seed);
+                }
+                bests.push(best.loss);
+            }
+            bests.sort_by(f64::total_cmp);
+            let n = bests.len();
+            let median = (bests[n / 2 - 1] + bests[n / 2]) / 2.0;
+            let mean = bests.iter().sum::<f64>() / n as f64;
+            eprintln!(
+                "seeds {first}..{}, {parallel} at a time: median {median:.4} mean {mean:.4} \
+                 adamw {}/{count} misses {misses:?}",
+                first + count - 1,
+                count as usize - misses.len()
+            );
+            assert!(
+                misses.len() as u64 * 100 <= count,
+                "seeds {first}.., {parallel} at a time: without adamw {misses:?}"
+            );
+        }
+    }
+
+    /// The startup trials try each choice once per block of as many trials as there are
+    /// choices, in a shuffled order.
+    #[test]
+    fn startup_trials_try_every_choice_evenly() {
+        let space = lr_space();
+        let settings = Settings::default();
+        for seed in [0, 42, 7777] {
+            let opts: Vec<String> = (1..=9)
+                .map(
+                    |n| match propose(&space, &settings, seed, n, &[]).get("opt") {
+                        Some(Value::Choice(o)) => o.clone(),
+                        other => panic!("{other:?}"),
+                    },
+                )
+                .collect();
+            for block in opts.chunks(3) {
+                let mut b = block.to_vec();
+                b.sort();
+                assert_eq!(b, ["adam", "adamw", "sgd"], "seed {seed}: {opts:?}");
+            }
+            // Not the same order in every block of every seed.
+            assert!(
+                opts[..3] != opts[3..6] || opts[3..6] != opts[6..9],
+                "seed {seed}: {opts:?}"
             );
         }
     }
