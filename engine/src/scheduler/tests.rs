@@ -593,6 +593,20 @@ fn interruptible_pools_take_only_interruptible_steps_and_those_prefer_them() {
 
 // Random clusters and queues.
 
+/// `n` cases, or `PROPTEST_CASES` when it is set: proptest's `with_cases` overrides that
+/// variable, so without this a longer local hunt (`PROPTEST_CASES=2000 cargo test`) would run
+/// `n` cases and say nothing.
+fn cases(n: u32) -> ProptestConfig {
+    let mut config = ProptestConfig::with_cases(n);
+    if let Some(n) = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.cases = n;
+    }
+    config
+}
+
 fn arb_cluster() -> impl Strategy<Value = Cluster> {
     (
         prop::collection::vec((1u64..=8, any::<bool>(), 0usize..2), 1..8),
@@ -683,7 +697,7 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(cases(400))]
 
     /// Capacity is never exceeded on any node; gangs are whole; every waiting step gets one
     /// answer; pools are respected; the same input gives the same decisions.
@@ -863,7 +877,7 @@ fn arb_workload(n_teams: usize) -> impl Strategy<Value = Vec<simulate::SimJob>> 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(cases(200))]
 
     /// At every event: no node over capacity, every running gang whole. Every job that fits
     /// the empty cluster ends. The same workload gives the same report.
@@ -1126,7 +1140,7 @@ fn drive(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(cases(200))]
 
     /// A team under its quota with work waiting gets up to its quota, in whole gangs: one
     /// grace period after it asks, none of its steps still waits that would fit within its
@@ -1209,7 +1223,7 @@ fn arb_run() -> impl Strategy<Value = (Cluster, Vec<Job>, BTreeMap<u64, u64>, Ve
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(150))]
+    #![proptest_config(cases(150))]
 
     /// Over many cycles, with steps arriving, ending, failing and being preempted (a victim
     /// stops before the next cycle and queues again): a victim has run at least a grace period;
@@ -1286,7 +1300,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(cases(200))]
 
     /// Same input, same schedule: the cycle gives the same decisions when called again, and
     /// whatever the order of the waiting steps.
@@ -1311,7 +1325,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(150))]
+    #![proptest_config(cases(150))]
 
     /// No starvation: once the oldest step that could ever start has waited past the limit,
     /// it reserves nodes, and while small long steps keep arriving and backfill around it, it
@@ -1470,7 +1484,7 @@ fn a_team_reclaiming_its_quota_and_a_starving_borrower_do_not_evict_each_other_i
 // The optimised cycle against the reference copy of the cycle as it was before (reference.rs).
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(cases(1000))]
 
     /// Every decision, reason and order is the reference cycle's, under every policy,
     /// placement and switch.
