@@ -595,7 +595,9 @@ fn interruptible_pools_take_only_interruptible_steps_and_those_prefer_them() {
 
 /// `n` cases, or `PROPTEST_CASES` when it is set: proptest's `with_cases` overrides that
 /// variable, so without this a longer local hunt (`PROPTEST_CASES=2000 cargo test`) would run
-/// `n` cases and say nothing.
+/// `n` cases and say nothing. The budget of rejected inputs (`prop_assume!`, fixed at 1024)
+/// grows with the cases: about a quarter of the starving steps drawn can never start, and a
+/// run of 20,000 cases ran out of it ("Too many global rejects") with nothing wrong.
 fn cases(n: u32) -> ProptestConfig {
     let mut config = ProptestConfig::with_cases(n);
     if let Some(n) = std::env::var("PROPTEST_CASES")
@@ -604,6 +606,7 @@ fn cases(n: u32) -> ProptestConfig {
     {
         config.cases = n;
     }
+    config.max_global_rejects = config.max_global_rejects.max(config.cases);
     config
 }
 
