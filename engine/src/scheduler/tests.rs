@@ -185,6 +185,97 @@ fn a_borrower_with_a_quota_of_its_own_gives_back_only_what_it_borrowed() {
 }
 
 #[test]
+fn reclaim_in_the_cycle_a_gang_took_a_team_past_its_quota_leaves_it_its_quota() {
+    // Found by `fair_share_respects_limits_and_reclaims_only_borrowed` with a random seed (the
+    // case proptest shrank to, written out). t0 (quota 6 GPU, borrow limit 5) runs a 2-GPU
+    // step on the only on-demand node and a 0-GPU one on spot; t1 (quota 4) runs nothing.
+    // In one cycle t1's 2-GPU spot step starts, then t0, below its quota, goes first and its
+    // 2 x 3 GPU spot gang starts, taking it to 8 GPU: 2 borrowed. t1's 2 x 1 GPU on-demand
+    // gang is under t1's quota and only fits where t0's old step runs: that step is reclaimed,
+    // and t0 ends the cycle with its 6 GPU, its whole quota. (The property had counted t0's
+    // holdings without the gang it was admitted in the same cycle.)
+    let mut c = cluster(
+        0,
+        vec![team("t0", 3.0, 6, Some(5)), team("t1", 2.0, 4, None)],
+    );
+    c.pools = vec![pool("on-demand", "a", false), pool("spot", "b", true)];
+    c.nodes = [(1, 5), (1, 3), (0, 3), (1, 2), (1, 1)]
+        .into_iter()
+        .map(|(pool, gpu)| Node {
+            pool,
+            capacity: Res::new(gpu, 16_000 * gpu, 64 * GI * gpu),
+        })
+        .collect();
+    let step = |id: u64, team: usize, workers: u32, gpu: u64, prio: i64, spot: bool| Job {
+        priority: prio,
+        interruptible: spot,
+        ..job(id, team, workers, gpu)
+    };
+    let running = vec![
+        Running {
+            job: step(0, 0, 1, 0, 0, true),
+            nodes: vec![4],
+            started: 1190,
+            work_at_risk: 0,
+        },
+        Running {
+            job: step(1, 0, 1, 2, 0, false),
+            nodes: vec![2],
+            started: 1,
+            work_at_risk: 1,
+        },
+    ];
+    let queue = vec![
+        step(1000, 1, 2, 1, 0, false),
+        step(1001, 1, 1, 2, 100, true),
+        step(1002, 0, 2, 3, 0, true),
+    ];
+    let s = Settings {
+        backfill: false,
+        within_team: false,
+        starvation_limit: Some(500),
+        now: 1200,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, &queue, &s);
+    assert_eq!(
+        d,
+        vec![
+            Decision::Admit {
+                job: 1001,
+                nodes: vec![3]
+            },
+            Decision::Admit {
+                job: 1002,
+                nodes: vec![1, 0]
+            },
+            Decision::Preempt {
+                victim: 1,
+                job: 1000
+            },
+            Decision::Wait {
+                job: 1000,
+                reason: "team t1 is under its quota: 1 borrowed step(s) of other teams are being \
+                         preempted to make room"
+                    .into()
+            },
+        ]
+    );
+    assert_eq!(
+        d,
+        super::reference::cycle_reference(&c, &running, &queue, &s)
+    );
+    // t0 once step 1 has stopped: step 0 and the gang, its quota exactly.
+    assert_eq!(
+        running[0].job.demand() + queue[2].demand(),
+        Res::new(6, 3000, 3 * GI)
+    );
+    // Without the gang, t0 holds 2 GPU of its 6, borrows nothing, and keeps its step.
+    let d = cycle(&c, &running, &queue[..2], &s);
+    assert!(victims_for(&d, 1000).is_empty(), "{d:?}");
+}
+
+#[test]
 fn a_team_under_quota_reclaims_what_another_borrowed() {
     // 8 GPUs. nlp (no quota) borrowed all 8; vision's quota is 4 and it now waits for 4.
     let c = cluster(
@@ -502,6 +593,23 @@ fn interruptible_pools_take_only_interruptible_steps_and_those_prefer_them() {
 
 // Random clusters and queues.
 
+/// `n` cases, or `PROPTEST_CASES` when it is set: proptest's `with_cases` overrides that
+/// variable, so without this a longer local hunt (`PROPTEST_CASES=2000 cargo test`) would run
+/// `n` cases and say nothing. The budget of rejected inputs (`prop_assume!`, fixed at 1024)
+/// grows with the cases: about a quarter of the starving steps drawn can never start, and a
+/// run of 20,000 cases ran out of it ("Too many global rejects") with nothing wrong.
+fn cases(n: u32) -> ProptestConfig {
+    let mut config = ProptestConfig::with_cases(n);
+    if let Some(n) = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.cases = n;
+    }
+    config.max_global_rejects = config.max_global_rejects.max(config.cases);
+    config
+}
+
 fn arb_cluster() -> impl Strategy<Value = Cluster> {
     (
         prop::collection::vec((1u64..=8, any::<bool>(), 0usize..2), 1..8),
@@ -592,7 +700,7 @@ fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, Settin
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(cases(400))]
 
     /// Capacity is never exceeded on any node; gangs are whole; every waiting step gets one
     /// answer; pools are respected; the same input gives the same decisions.
@@ -668,43 +776,67 @@ proptest! {
     /// Under `fair`, a team never goes past quota + borrow limit through admissions, and
     /// reclaim takes only borrowed capacity: no victim's team drops below its quota, and the
     /// reclaiming team was under its own.
+    ///
+    /// "Holds" counts what the cycle itself gave: a team's steps admitted earlier in the
+    /// cycle, and the room held for its steps that reclaim (their victims' room is theirs
+    /// once the victims stop), less its steps chosen as victims so far. A team below its
+    /// quota goes first and may be admitted a gang that takes it past its quota; what it then
+    /// holds beyond the quota is borrowed, and a later step of a team under its quota may
+    /// take it back in the same cycle, even from a step that was running before (the victim
+    /// order, not the age of the admission, picks which). Counted against the running steps
+    /// alone, such a team looks pushed below its quota when it ends the cycle holding exactly
+    /// its quota (proptest-regressions/scheduler/tests.txt, and
+    /// `reclaim_in_the_cycle_a_gang_took_a_team_past_its_quota_leaves_it_its_quota`).
+    /// Checked at each decision, in the order the cycle took them, which is stricter than
+    /// checking what each team holds at the end.
     #[test]
     fn fair_share_respects_limits_and_reclaims_only_borrowed((c, running, queue, mut settings) in arb_state()) {
         settings.policy = Policy::Fair;
         let before = usage_of(&c, &running);
         let d = cycle(&c, &running, &queue, &settings);
         let by_id: BTreeMap<u64, &Job> = queue.iter().map(|j| (j.id, j)).collect();
-        let mut usage = before.clone();
+        // Per team: what it runs, was admitted and holds for its reclaims so far (`got`), and
+        // that less its steps chosen as victims so far (`held`).
+        let mut got = before.clone();
+        let mut held = before.clone();
         for x in &d {
-            if let Decision::Admit { job, .. } = x {
-                let j = by_id[job];
-                usage[j.team] += j.demand();
+            match x {
+                Decision::Admit { job, .. } => {
+                    let j = by_id[job];
+                    got[j.team] += j.demand();
+                    held[j.team] += j.demand();
+                }
+                Decision::Wait { job, reason } => {
+                    let j = by_id[job];
+                    if reason.starts_with(&format!("team {} is under its quota: ", c.teams[j.team].name)) {
+                        got[j.team] += j.demand();
+                        held[j.team] += j.demand();
+                    }
+                }
+                Decision::Preempt { victim, job } => {
+                    let v = &running.iter().find(|r| r.job.id == *victim).expect("victim runs").job;
+                    let j = by_id[job];
+                    held[v.team] = held[v.team].saturating_sub(v.demand());
+                    if v.team == j.team {
+                        continue; // within the team: lower priority, checked above
+                    }
+                    // Still holds its whole quota in every resource the quota names.
+                    let q = c.teams[v.team].quota;
+                    let h = held[v.team];
+                    let holds = |h: u64, q: u64| q == u64::MAX || h >= q;
+                    prop_assert!(
+                        holds(h.gpu, q.gpu) && holds(h.millicpu, q.millicpu) && holds(h.memory, q.memory),
+                        "team {} pushed below its quota: holds {:?} once step {} stops", v.team, h, victim);
+                    prop_assert!((got[j.team] + j.demand()).fits_in(c.teams[j.team].quota),
+                        "team {} reclaimed for step {} past its quota", j.team, job);
+                }
             }
         }
         for (t, team) in c.teams.iter().enumerate() {
             if let Some(ceiling) = team.ceiling()
                 && before[t].fits_in(ceiling)
             {
-                prop_assert!(usage[t].fits_in(ceiling), "team {} over its limit", t);
-            }
-        }
-        let mut after = before.clone();
-        for x in &d {
-            if let Decision::Preempt { victim, job } = x {
-                let v = &running.iter().find(|r| r.job.id == *victim).expect("victim runs").job;
-                if v.team == by_id[job].team {
-                    continue; // within the team: lower priority, checked above
-                }
-                after[v.team] = after[v.team].saturating_sub(v.demand());
-                // Still holds its whole quota in every resource the quota names.
-                let q = c.teams[v.team].quota;
-                let holds = |h: u64, q: u64| q == u64::MAX || h >= q;
-                prop_assert!(
-                    holds(after[v.team].gpu, q.gpu)
-                        && holds(after[v.team].millicpu, q.millicpu)
-                        && holds(after[v.team].memory, q.memory),
-                    "team {} pushed below its quota", v.team);
-                prop_assert!((before[by_id[job].team] + by_id[job].demand()).fits_in(c.teams[by_id[job].team].quota));
+                prop_assert!(got[t].fits_in(ceiling), "team {} over its limit", t);
             }
         }
     }
@@ -748,7 +880,7 @@ fn arb_workload(n_teams: usize) -> impl Strategy<Value = Vec<simulate::SimJob>> 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(cases(200))]
 
     /// At every event: no node over capacity, every running gang whole. Every job that fits
     /// the empty cluster ends. The same workload gives the same report.
@@ -1011,7 +1143,7 @@ fn drive(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(cases(200))]
 
     /// A team under its quota with work waiting gets up to its quota, in whole gangs: one
     /// grace period after it asks, none of its steps still waits that would fit within its
@@ -1094,7 +1226,7 @@ fn arb_run() -> impl Strategy<Value = (Cluster, Vec<Job>, BTreeMap<u64, u64>, Ve
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(150))]
+    #![proptest_config(cases(150))]
 
     /// Over many cycles, with steps arriving, ending, failing and being preempted (a victim
     /// stops before the next cycle and queues again): a victim has run at least a grace period;
@@ -1171,7 +1303,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(cases(200))]
 
     /// Same input, same schedule: the cycle gives the same decisions when called again, and
     /// whatever the order of the waiting steps.
@@ -1196,7 +1328,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(150))]
+    #![proptest_config(cases(150))]
 
     /// No starvation: once the oldest step that could ever start has waited past the limit,
     /// it reserves nodes, and while small long steps keep arriving and backfill around it, it
@@ -1355,7 +1487,7 @@ fn a_team_reclaiming_its_quota_and_a_starving_borrower_do_not_evict_each_other_i
 // The optimised cycle against the reference copy of the cycle as it was before (reference.rs).
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(cases(1000))]
 
     /// Every decision, reason and order is the reference cycle's, under every policy,
     /// placement and switch.
