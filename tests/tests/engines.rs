@@ -243,7 +243,7 @@ fn a_closed_pipe_on_its_output_is_no_panic() {
             .args(["-c", &script])
             .current_dir(sb.path())
             .env("SLUICE", bin("sluice"))
-            .env("SLUICE_HOME", sb.home())
+            .envs(sb.envs())
             .env_remove("RUST_LOG")
             .status()
             .expect("bash runs");

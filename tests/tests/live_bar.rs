@@ -27,7 +27,7 @@ fn on_terminal(sb: &Sandbox, size: (usize, usize), args: &[&str]) -> String {
     let out = Command::new("script")
         .args(["-qec", &line, "/dev/null"])
         .current_dir(sb.path())
-        .env("SLUICE_HOME", sb.home())
+        .envs(sb.envs())
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .output()
