@@ -122,7 +122,16 @@ impl Store {
     /// one `--state` chose, else the one the home remembers (a Cluster's `state:`), else
     /// SQLite in the home.
     pub async fn open(home: &Path) -> Result<Store, Error> {
-        location::of_home(home)?.open(home).await
+        let location = location::of_home(home)?;
+        // Attempts' folders and logs live in the home whatever the store is: the first
+        // command that writes creates it.
+        std::fs::create_dir_all(home).map_err(|e| {
+            Error::Unavailable(format!(
+                "the state store in {} cannot be created: {e}",
+                home.display()
+            ))
+        })?;
+        location.open(home).await
     }
 
     /// Opens the store of `home` if one exists; never creates a home or a SQLite file
