@@ -6,6 +6,7 @@
 //! `dag`.
 
 pub mod cli;
+pub mod clock;
 pub mod dag;
 pub mod run;
 pub mod scheduler;
