@@ -63,7 +63,9 @@ impl ManualClock {
         let mut now = self.now.lock().unwrap_or_else(PoisonError::into_inner);
         // A step past chrono's range (hundreds of thousands of years) stays at the end of it.
         let by = chrono::TimeDelta::from_std(by).unwrap_or(chrono::TimeDelta::MAX);
-        *now = now.checked_add_signed(by).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        *now = now
+            .checked_add_signed(by)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
     }
 }
 

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod dag;
 pub mod run;
 pub mod scheduler;
+pub mod service;
 pub mod spec;
 pub mod store;
 pub mod sweep;
