@@ -77,10 +77,7 @@ mod tests {
 
     #[test]
     fn reads_other_offsets_and_precisions() {
-        assert_eq!(
-            parse_ms("2025-12-02T20:00:00+01:00"),
-            Ok(1_764_702_000_000)
-        );
+        assert_eq!(parse_ms("2025-12-02T20:00:00+01:00"), Ok(1_764_702_000_000));
         assert_eq!(
             parse_ms("2025-12-02T19:00:00.123456Z"),
             Ok(1_764_702_000_123)
