@@ -15,6 +15,7 @@ mod control;
 mod error;
 mod principal;
 mod read;
+mod resolve;
 pub mod submit;
 #[cfg(test)]
 mod tests;
@@ -52,7 +53,7 @@ impl Service {
     /// principal sees its team; another team's run is not found, with the message of a run
     /// that does not exist.
     async fn lookup(&self, who: &Principal, reference: &str) -> Result<RunRow, Error> {
-        let id = self.store.resolve(reference).await?;
+        let id = self.resolve(who, reference).await?;
         self.by_id(who, &id, reference).await
     }
 

@@ -54,7 +54,7 @@ impl Service {
     /// A run with its steps, attempts and (sweeps) trials. The ends of attempts whose engine
     /// died are collected first, so that what is shown is what happened.
     pub async fn status(&self, who: &Principal, reference: &str) -> Result<RunView, Error> {
-        let id = self.store.resolve(reference).await?;
+        let id = self.resolve(who, reference).await?;
         self.collect_quietly().await;
         let run = self.by_id(who, &id, reference).await?;
         Ok(view::full(&self.store, &run, self.clock.now()).await?)

@@ -424,3 +424,41 @@ async fn list_filters_are_checked() {
         .expect_err("bad limit");
     assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
 }
+
+#[tokio::test]
+async fn a_team_bound_principal_resolves_over_its_teams_runs_only() {
+    let h = home("resolve").await;
+    let mine = submit(&h, &member("vision"), PIPELINE)
+        .await
+        .expect("submit")
+        .id;
+    // Runs are dated by the store's (system) clock, to the millisecond: nlp's is newer.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let theirs = submit(&h, &member("nlp"), PIPELINE)
+        .await
+        .expect("submit")
+        .id;
+    let me = member("vision");
+    let newest = h.service.status(&Principal::local(), "@latest").await;
+    assert_eq!(newest.expect("resolves").id, theirs);
+    for reference in ["@latest", "pair@latest"] {
+        let v = h.service.status(&me, reference).await.expect("resolves");
+        assert_eq!(v.id, mine, "{reference}");
+    }
+    // A prefix both ids share (the empty one) names only the run it sees: another team's id
+    // is never listed as an ambiguity.
+    assert_eq!(h.service.status(&me, "").await.expect("resolves").id, mine);
+    let e = h
+        .service
+        .status(&Principal::local(), "")
+        .await
+        .expect_err("ambiguous for whoever sees both");
+    assert!(e.to_string().contains("ambiguous"), "{e}");
+    let e = h
+        .service
+        .status(&me, "nope@latest")
+        .await
+        .expect_err("none");
+    assert!(matches!(e, Error::NotFound(_)), "{e:?}");
+    assert!(h.service.status(&member("nlp"), &theirs).await.is_ok());
+}
