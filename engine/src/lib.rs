@@ -6,9 +6,11 @@
 //! `dag`.
 
 pub mod cli;
+pub mod clock;
 pub mod dag;
 pub mod run;
 pub mod scheduler;
+pub mod service;
 pub mod spec;
 pub mod store;
 pub mod sweep;

@@ -1,85 +1,101 @@
 //! Wall-clock time in RFC 3339, UTC, millisecond precision: how the engine and the runtime
-//! write every timestamp (store rows, result files, log lines).
+//! write every timestamp (store rows, result files, log lines), on chrono.
+//!
+//! The written form is fixed: `2026-12-02T19:00:00.123Z` (always three fraction digits and
+//! `Z`), so that timestamps sort as text and older homes read the same. Reading accepts any
+//! RFC 3339 time (another offset is converted to UTC); anything else is an error, never a
+//! default.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use chrono::{DateTime, SecondsFormat, Utc};
+
+/// A timestamp that is not RFC 3339.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{value}' is not an RFC 3339 time: {why}")]
+pub struct BadTimestamp {
+    pub value: String,
+    pub why: String,
+}
 
 /// Unix time in milliseconds.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    Utc::now().timestamp_millis()
 }
 
+/// Now, as [`format`] writes it.
 pub fn now_rfc3339() -> String {
-    rfc3339(now_ms())
+    format(Utc::now())
 }
 
-/// `2026-12-02T19:00:00.123Z` for unix milliseconds.
-pub fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+/// `2026-12-02T19:00:00.123Z`: UTC, milliseconds, `Z`.
+pub fn format(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// Unix milliseconds of an RFC 3339 UTC time written by [`rfc3339`] (or the runtime).
+/// An RFC 3339 time (as [`format`] writes it, or with another offset or precision) in UTC.
+pub fn parse(s: &str) -> Result<DateTime<Utc>, BadTimestamp> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| BadTimestamp {
+            value: s.to_owned(),
+            why: e.to_string(),
+        })
+}
+
+/// Unix milliseconds of an RFC 3339 time.
+pub fn parse_ms(s: &str) -> Result<i64, BadTimestamp> {
+    parse(s).map(|t| t.timestamp_millis())
+}
+
+/// Unix milliseconds of an RFC 3339 time, or `None` for one that is not. For callers that
+/// have not moved to [`parse_ms`] yet, which says what is wrong: prefer that.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let millis = if b.get(19) == Some(&b'.') {
-        num(20..23).unwrap_or(0)
-    } else {
-        0
-    };
-    let days = days_from_civil(y, mo, d);
-    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1000) + millis)
-}
-
-/// Howard Hinnant's algorithm: days since 1970-01-01 to (year, month, day).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    parse_ms(s).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).expect("in range")
+    }
+
+    #[test]
+    fn writes_milliseconds_and_z() {
+        assert_eq!(format(at(1_764_702_000_123)), "2025-12-02T19:00:00.123Z");
+        assert_eq!(format(at(0)), "1970-01-01T00:00:00.000Z");
+        // Whole seconds keep their three digits: the text sorts as the time does.
+        assert_eq!(format(at(951_782_400_000)), "2000-02-29T00:00:00.000Z");
+    }
+
     #[test]
     fn round_trips() {
         for ms in [0, 1_764_702_000_123, 951_782_400_000, 4_102_444_799_999] {
-            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms), "{}", rfc3339(ms));
+            assert_eq!(parse_ms(&format(at(ms))), Ok(ms), "{}", format(at(ms)));
         }
-        assert_eq!(rfc3339(1_764_702_000_123), "2025-12-02T19:00:00.123Z");
+    }
+
+    #[test]
+    fn reads_other_offsets_and_precisions() {
+        assert_eq!(parse_ms("2025-12-02T20:00:00+01:00"), Ok(1_764_702_000_000));
+        assert_eq!(
+            parse_ms("2025-12-02T19:00:00.123456Z"),
+            Ok(1_764_702_000_123)
+        );
+    }
+
+    #[test]
+    fn a_bad_timestamp_is_an_error() {
+        for bad in [
+            "",
+            "yesterday",
+            "2025-12-02",
+            "2025-13-02T19:00:00.000Z",
+            "2025-12-02T19:00:00.000",
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert_eq!(e.value, bad);
+            assert_eq!(parse_rfc3339(bad), None);
+        }
     }
 }

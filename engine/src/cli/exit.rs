@@ -52,6 +52,8 @@ pub enum Error {
     Store(#[from] crate::store::Error),
     #[error(transparent)]
     Driver(#[from] crate::run::driver::Error),
+    #[error(transparent)]
+    Service(#[from] crate::service::Error),
 }
 
 impl Error {
@@ -64,6 +66,20 @@ impl Error {
             | Error::Driver(D::Store(S::NotFound(_))) => Outcome::Invalid,
             Error::Driver(D::Invalid(_)) => Outcome::Invalid,
             Error::Io { .. } | Error::Store(_) | Error::Driver(_) => Outcome::Unavailable,
+            Error::Service(e) => service_outcome(e),
+        }
+    }
+
+    /// Says the error on standard error: a file's diagnostics in the pinned
+    /// `PATH:LINE:COL: error: MESSAGE` form, anything else as `sluice: error: MESSAGE`.
+    pub fn report(&self) {
+        match self {
+            Error::Service(crate::service::Error::Invalid { diagnostics, .. })
+                if !diagnostics.is_empty() =>
+            {
+                super::output::diagnostics(diagnostics);
+            }
+            e => super::output::say(format_args!("sluice: error: {e}")),
         }
     }
 
@@ -87,6 +103,39 @@ impl Error {
         Error::Io {
             context: "cannot write the output".into(),
             source,
+        }
+    }
+}
+
+/// The exit code of a service error: the request's fault is 2 (an unknown run too, as the
+/// contract says, and another team's run, which does not exist for the caller), the
+/// environment's is 3.
+pub fn service_outcome(e: &crate::service::Error) -> Outcome {
+    use crate::service::Error as E;
+    match e {
+        E::NotFound(_) | E::Conflict { .. } | E::Invalid { .. } | E::Forbidden(_) => {
+            Outcome::Invalid
+        }
+        E::Unavailable(_) => Outcome::Unavailable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::Error as E;
+
+    #[test]
+    fn service_errors_exit_2_for_the_request_and_3_for_the_environment() {
+        let cases = [
+            (E::NotFound("no run 'x'".into()), 2),
+            (E::conflict("run x is still running", "x", "Running"), 2),
+            (E::invalid("--limit -1"), 2),
+            (E::Forbidden("a viewer cannot submit runs".into()), 2),
+            (E::io("cannot resolve x", std::io::Error::other("gone")), 3),
+        ];
+        for (e, code) in cases {
+            assert_eq!(Error::from(e).outcome().code(), code);
         }
     }
 }

@@ -192,13 +192,12 @@ fn choose(ended: Vec<RunRow>, cutoff: i64, keep_last: usize) -> Vec<RunRow> {
         if *newer <= keep_last {
             continue;
         }
-        let end = row
-            .ended_at
-            .as_deref()
-            .and_then(crate::time::parse_rfc3339)
-            .or_else(|| crate::time::parse_rfc3339(&row.created_at));
-        if end.is_some_and(|e| e < cutoff) {
-            chosen.push(row);
+        // A run that cannot be dated is kept (and said), never taken for an old one.
+        let end = crate::time::parse_ms(row.ended_at.as_deref().unwrap_or(&row.created_at));
+        match end {
+            Err(e) => tracing::warn!(run = %row.id, "not collected: {e}"),
+            Ok(end) if end < cutoff => chosen.push(row),
+            Ok(_) => {}
         }
     }
     chosen.reverse();
@@ -318,14 +317,18 @@ mod tests {
             source: String::new(),
             document: None,
             params: String::new(),
-            created_at: crate::time::rfc3339(ended_ms - 1000),
-            ended_at: Some(crate::time::rfc3339(ended_ms)),
+            created_at: ts(ended_ms - 1000),
+            ended_at: Some(ts(ended_ms)),
             cancel_requested: false,
             lease_owner: None,
             lease_until: None,
             lease_started: None,
             cluster: None,
         }
+    }
+
+    fn ts(ms: i64) -> String {
+        crate::time::format(chrono::DateTime::from_timestamp_millis(ms).expect("in range"))
     }
 
     fn ids(rows: &[RunRow]) -> Vec<&str> {

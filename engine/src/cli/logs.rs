@@ -99,7 +99,14 @@ impl Printer {
 }
 
 pub async fn run(store: &Store, args: &Args, format: Format) -> Result<Outcome, Error> {
-    let id = store.resolve(&args.run).await?;
+    let service = crate::service::Service::new(store.clone(), crate::clock::system());
+    let (id, _, attempts) = service
+        .logs(
+            &crate::service::Principal::local(),
+            &args.run,
+            args.step.as_deref(),
+        )
+        .await?;
     let Some(step) = &args.step else {
         let printer = Printer { format, mark: true };
         return every_step(store, &id, args.follow, &printer).await;
@@ -108,17 +115,8 @@ pub async fn run(store: &Store, args: &Args, format: Format) -> Result<Outcome, 
         format,
         mark: false,
     };
-    let attempts = store.attempts(&id).await?;
     let mine: Vec<&AttemptRow> = attempts.iter().filter(|a| &a.step == step).collect();
     if mine.is_empty() {
-        let steps = store.steps(&id).await?;
-        if !steps.iter().any(|s| &s.name == step) {
-            let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
-            let hint = crate::spec::diagnostic::nearest(step, names.iter().copied())
-                .map(|n| format!(" (did you mean '{n}'?)"))
-                .unwrap_or_default();
-            return Err(Error::Usage(format!("run {id} has no step '{step}'{hint}")));
-        }
         if let Some(n) = args.attempt {
             return Err(Error::Usage(format!(
                 "step '{step}' has no attempt {n} yet"

@@ -181,7 +181,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {
-            output::say(format_args!("sluice: error: {e}"));
+            e.report();
             e.outcome().into()
         }
     }

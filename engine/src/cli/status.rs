@@ -1,15 +1,14 @@
 //! `sluice status RUN` and `sluice runs`: the stable JSON shapes of the CLI contract, and
 //! their text tables.
 
-use std::collections::BTreeMap;
 use std::io::Write;
-
-use serde::Serialize;
 
 use super::exit::{Error, Outcome};
 use super::output::{self, Format};
-use crate::run::state::run as rs;
-use crate::store::{RunRow, Store};
+use crate::clock;
+use crate::service::view::{AttemptView, RunView, StepView};
+use crate::service::{Filter, Listing, Principal, Service};
+use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -30,181 +29,19 @@ pub struct RunsArgs {
     pub limit: i64,
 }
 
-/// A running run's engine: who holds its lease, and whether it still runs.
-#[derive(Debug, Serialize)]
-pub struct EngineView {
-    pub holder: Option<String>,
-    pub alive: bool,
-}
-
-#[derive(Debug, Serialize)]
-pub struct RunView {
-    pub id: String,
-    pub name: String,
-    pub team: String,
-    pub state: String,
-    pub started_at: String,
-    pub ended_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Running runs: the engine driving it, and whether it is alive (a run whose engine died
-    /// stays Running until `sluice resume`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine: Option<EngineView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub steps: Option<Vec<StepView>>,
-    /// Sweeps: the best trial and every trial.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub best: Option<crate::run::driver::Best>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trials: Option<Vec<crate::run::driver::TrialReport>>,
-    #[serde(skip)]
-    pub sweep: Option<crate::run::driver::Report>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct StepView {
-    pub name: String,
-    pub state: String,
-    pub reason: Option<String>,
-    pub metrics: BTreeMap<String, f64>,
-    pub attempts: Vec<AttemptView>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct AttemptView {
-    pub number: i64,
-    pub state: String,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub started_at: String,
-    pub ended_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The last value of each metric this attempt reported.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub metrics: BTreeMap<String, f64>,
-    /// Cluster mode: the node (index into the Cluster's nodes, pool by pool) of each worker.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<Vec<usize>>,
-    /// The GPU indices it held, worker after worker (on its node, in cluster mode).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<Vec<u32>>,
-}
-
-fn summary(run: &RunRow) -> RunView {
-    RunView {
-        id: run.id.clone(),
-        name: run.name.clone(),
-        team: run.team.clone(),
-        state: run.state.clone(),
-        started_at: run.created_at.clone(),
-        ended_at: run.ended_at.clone(),
-        reason: run.reason.clone(),
-        engine: (run.state == rs::RUNNING).then(|| EngineView {
-            holder: run.lease_owner.clone(),
-            alive: crate::run::engine::gone(run).is_none(),
-        }),
-        steps: None,
-        best: None,
-        trials: None,
-        sweep: None,
-    }
-}
-
-/// A run with its steps and attempts, as `status --output json` prints it.
-pub async fn view(store: &Store, id: &str) -> Result<RunView, crate::store::Error> {
-    let run = store.run(id).await?;
-    let steps = store.steps(id).await?;
-    let attempts = store.attempts(id).await?;
-    let mut by_step: BTreeMap<&str, Vec<AttemptView>> = BTreeMap::new();
-    for a in &attempts {
-        by_step
-            .entry(a.step.as_str())
-            .or_default()
-            .push(AttemptView {
-                number: a.number,
-                state: a.state.clone(),
-                exit_code: a.exit_code,
-                signal: a.signal,
-                started_at: a.started_at.clone(),
-                ended_at: a.ended_at.clone(),
-                reason: a.reason.clone(),
-                metrics: a
-                    .metrics
-                    .as_deref()
-                    .and_then(|m| serde_json::from_str(m).ok())
-                    .unwrap_or_default(),
-                nodes: a
-                    .nodes
-                    .as_deref()
-                    .and_then(|n| serde_json::from_str(n).ok()),
-                gpus: a
-                    .gpus
-                    .as_deref()
-                    .map(|g| g.split(',').filter_map(|x| x.parse().ok()).collect()),
-            });
-    }
-    let mut v = summary(&run);
-    v.steps = Some(
-        steps
-            .iter()
-            .map(|s| StepView {
-                name: s.name.clone(),
-                state: s.state.clone(),
-                reason: collected_reason(s, &attempts).or_else(|| s.reason.clone()),
-                metrics: s
-                    .metrics
-                    .as_deref()
-                    .and_then(|m| serde_json::from_str(m).ok())
-                    .unwrap_or_default(),
-                attempts: by_step.remove(s.name.as_str()).unwrap_or_default(),
-            })
-            .collect(),
-    );
-    if let Ok(pipeline) = crate::run::driver::pipeline_of(&run)
-        && let Some(r) = crate::run::driver::report(&pipeline, &steps)
-    {
-        v.best = r.best.clone();
-        v.trials = Some(r.trials.clone());
-        v.sweep = Some(r);
-    }
-    Ok(v)
-}
-
-/// A running step whose attempt ended while no engine drove the run (its end was collected by
-/// another `sluice`): what follows is decided when the run is resumed.
-fn collected_reason(
-    s: &crate::store::StepRow,
-    attempts: &[crate::store::AttemptRow],
-) -> Option<String> {
-    if s.state != crate::run::state::step::RUNNING {
-        return None;
-    }
-    let a = attempts
-        .iter()
-        .filter(|a| a.step == s.name)
-        .max_by_key(|a| a.number)?;
-    (a.state != crate::run::state::attempt::RUNNING).then(|| {
-        format!(
-            "attempt {} ended ({}) while no engine drove the run; `sluice resume` carries on from it",
-            a.number, a.state
-        )
-    })
-}
-
 /// How many trials a table lists in full; beyond it, only the best ones.
 const TRIALS_SHOWN: usize = 20;
 
-fn duration(a: &AttemptView) -> String {
-    let start = crate::time::parse_rfc3339(&a.started_at);
-    let end = a
-        .ended_at
-        .as_deref()
-        .and_then(crate::time::parse_rfc3339)
-        .or_else(|| Some(crate::time::now_ms()));
+/// How long an attempt ran (a running one: until the view was taken); `-` when its times
+/// cannot be read.
+fn duration(a: &AttemptView, taken_at_ms: i64) -> String {
+    let start = crate::time::parse_ms(&a.started_at);
+    let end = match a.ended_at.as_deref() {
+        Some(ended) => crate::time::parse_ms(ended),
+        None => Ok(taken_at_ms),
+    };
     match (start, end) {
-        (Some(s), Some(e)) => {
+        (Ok(s), Ok(e)) => {
             let ms = (e - s).max(0);
             if ms < 10_000 {
                 format!("{:.1}s", ms as f64 / 1000.0)
@@ -260,7 +97,11 @@ pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
         "STEP", "STATE", "ATTEMPTS", "TIME"
     )?;
     for s in steps {
-        let time = s.attempts.last().map_or_else(|| "-".to_owned(), duration);
+        let taken_at_ms = v.taken_at.timestamp_millis();
+        let time = s
+            .attempts
+            .last()
+            .map_or_else(|| "-".to_owned(), |a| duration(a, taken_at_ms));
         let mut detail = s.reason.clone().unwrap_or_default();
         if !s.metrics.is_empty() {
             let m: Vec<String> = s.metrics.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -339,9 +180,8 @@ fn write_trials(
 }
 
 pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<Outcome, Error> {
-    let id = store.resolve(&args.run).await?;
-    collect_quietly(store).await;
-    let v = view(store, &id).await?;
+    let service = Service::new(store.clone(), clock::system());
+    let v = service.status(&Principal::local(), &args.run).await?;
     match format {
         Format::Json => output::json(&v),
         Format::Text => output::text(|out| write_view(out, &v)),
@@ -350,62 +190,23 @@ pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<
     Ok(Outcome::Success)
 }
 
-/// Records the ends of attempts whose engine died (`run::reap`), so that what is shown is
-/// what happened; a store that cannot be written to still shows what it holds.
-async fn collect_quietly(store: &Store) {
-    if let Err(e) = crate::run::reap::collect(store, None).await {
-        tracing::info!("cannot collect the attempts of runs whose engine is gone: {e}");
-    }
-}
-
-const RUN_STATES: [&str; 4] = [rs::RUNNING, rs::SUCCEEDED, rs::FAILED, rs::CANCELLED];
-
-/// A `--state` as the store spells it (any case), or a usage error naming the states.
-fn run_state(given: &str) -> Result<&'static str, Error> {
-    if let Some(s) = RUN_STATES.iter().find(|s| s.eq_ignore_ascii_case(given)) {
-        return Ok(s);
-    }
-    let hint = crate::spec::diagnostic::nearest(
-        &given.to_ascii_lowercase(),
-        ["running", "succeeded", "failed", "cancelled"],
-    )
-    .and_then(|n| RUN_STATES.iter().find(|s| s.eq_ignore_ascii_case(n)))
-    .map(|n| format!(" (did you mean '{n}'?)"))
-    .unwrap_or_default();
-    Err(Error::Usage(format!(
-        "--state {given}: a run is {}{hint}",
-        RUN_STATES.join(", ")
-    )))
-}
-
 pub async fn runs(store: &Store, args: &RunsArgs, format: Format) -> Result<Outcome, Error> {
-    let state = args.state.as_deref().map(run_state).transpose()?;
-    if args.limit < 0 {
-        return Err(Error::Usage(format!(
-            "--limit {}: give a number of runs (0 for all)",
-            args.limit
-        )));
-    }
-    collect_quietly(store).await;
-    let limit = if args.limit == 0 {
-        i64::MAX
-    } else {
-        args.limit
+    let service = Service::new(store.clone(), clock::system());
+    let filter = Filter {
+        team: args.team.clone(),
+        state: args.state.clone(),
+        limit: args.limit,
     };
-    let runs = store.runs(args.team.as_deref(), state, limit).await?;
-    let views: Vec<RunView> = runs.iter().map(summary).collect();
-    // Nothing matched: say whether there are runs at all, so that a filter is not taken for
-    // an empty home.
-    let all = if views.is_empty() {
-        store.runs(None, None, 1).await?.len()
-    } else {
-        views.len()
-    };
+    let Listing {
+        runs: views,
+        state,
+        any,
+    } = service.list(&Principal::local(), &filter).await?;
     match format {
         Format::Json => output::json(&views),
         Format::Text => output::text(|out| {
             if views.is_empty() {
-                if all == 0 {
+                if !any {
                     return writeln!(out, "no runs yet");
                 }
                 let mut filters = Vec::new();

@@ -1,0 +1,83 @@
+//! The engine's operations, as any front end calls them: submit, list, status, logs, cancel,
+//! retry, resume and preempt. Each takes the [`Principal`] asking and returns a typed
+//! [`Error`]; the CLI maps errors to exit codes (`cli::exit`), the server's API will map them
+//! to HTTP statuses ([`Error::status_code`]). Nothing here prints or parses flags.
+//!
+//! Operations record what is asked (a new run, a cancel request, steps reopened, a preempt
+//! request); driving a run is the engine's (`run::Driver`, in the foreground of `sluice run`
+//! today, in the server later).
+//!
+//! The team of a submitted run is the principal's when it is bound to a team (a member or
+//! viewer: a file naming another team is refused, one naming none takes the principal's),
+//! else the file's `metadata.team` as before (the local principal, an admin).
+
+mod control;
+mod error;
+mod principal;
+mod read;
+mod resolve;
+pub mod submit;
+#[cfg(test)]
+mod tests;
+pub mod view;
+
+use std::sync::Arc;
+
+pub use control::{Preempted, Retried};
+pub use error::{Error, InTheWay, Io};
+pub use principal::{Principal, Role};
+pub use read::{Filter, Listing};
+pub use submit::{Checked, Request, Submitted};
+pub use view::RunView;
+
+use crate::clock::Clock;
+use crate::store::{RunRow, Store};
+
+/// The operations over one state store.
+#[derive(Clone, Debug)]
+pub struct Service {
+    store: Store,
+    clock: Arc<dyn Clock>,
+}
+
+impl Service {
+    pub fn new(store: Store, clock: Arc<dyn Clock>) -> Self {
+        Service { store, clock }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The run `reference` names (an id, a prefix, `@latest`, `NAME@latest`), if the
+    /// principal sees its team; another team's run is not found, with the message of a run
+    /// that does not exist.
+    async fn lookup(&self, who: &Principal, reference: &str) -> Result<RunRow, Error> {
+        let id = self.resolve(who, reference).await?;
+        self.by_id(who, &id, reference).await
+    }
+
+    /// Run `id` (named `reference` by the caller), if the principal sees its team.
+    async fn by_id(&self, who: &Principal, id: &str, reference: &str) -> Result<RunRow, Error> {
+        let run = self.store.run(id).await?;
+        if !who.sees(&run.team) {
+            return Err(Error::NotFound(format!(
+                "no run '{reference}' in {}",
+                self.store.home.display()
+            )));
+        }
+        Ok(run)
+    }
+
+    /// Run `reference`, if the principal may change it (`what`, for the refusal).
+    async fn lookup_to_change(
+        &self,
+        who: &Principal,
+        reference: &str,
+        what: &str,
+    ) -> Result<RunRow, Error> {
+        let run = self.lookup(who, reference).await?;
+        who.check_role(what)?;
+        Ok(run)
+    }
+}

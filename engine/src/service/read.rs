@@ -1,0 +1,148 @@
+//! The reading operations: `status`, `list` and `logs` (which attempts a run's log is read
+//! from; the CLI streams them).
+
+use super::view::{self, RunView};
+use super::{Error, Principal, Service};
+use crate::run::state::run as rs;
+use crate::store::{AttemptRow, StepRow};
+
+/// Which runs `list` returns.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only runs of this team.
+    pub team: Option<String>,
+    /// Only runs in this state, in any case (`running`, `Failed`).
+    pub state: Option<String>,
+    /// At most this many runs, newest first; 0 for all of them.
+    pub limit: i64,
+}
+
+/// What `list` found.
+#[derive(Debug)]
+pub struct Listing {
+    /// The matching runs, newest first, without their steps.
+    pub runs: Vec<RunView>,
+    /// The filter's state as the store spells it.
+    pub state: Option<&'static str>,
+    /// Whether the principal sees any run at all (when none matched: an empty home is not a
+    /// filter that matched nothing).
+    pub any: bool,
+}
+
+/// The states `--state` accepts.
+const RUN_STATES: [&str; 4] = [rs::RUNNING, rs::SUCCEEDED, rs::FAILED, rs::CANCELLED];
+
+/// A state as the store spells it (any case), or `Invalid` naming the states.
+fn run_state(given: &str) -> Result<&'static str, Error> {
+    if let Some(s) = RUN_STATES.iter().find(|s| s.eq_ignore_ascii_case(given)) {
+        return Ok(s);
+    }
+    let hint = crate::spec::diagnostic::nearest(
+        &given.to_ascii_lowercase(),
+        ["running", "succeeded", "failed", "cancelled"],
+    )
+    .and_then(|n| RUN_STATES.iter().find(|s| s.eq_ignore_ascii_case(n)))
+    .map(|n| format!(" (did you mean '{n}'?)"))
+    .unwrap_or_default();
+    Err(Error::invalid(format!(
+        "--state {given}: a run is {}{hint}",
+        RUN_STATES.join(", ")
+    )))
+}
+
+impl Service {
+    /// A run with its steps, attempts and (sweeps) trials. The ends of attempts whose engine
+    /// died are collected first, so that what is shown is what happened.
+    pub async fn status(&self, who: &Principal, reference: &str) -> Result<RunView, Error> {
+        let id = self.resolve(who, reference).await?;
+        self.collect_quietly().await;
+        let run = self.by_id(who, &id, reference).await?;
+        Ok(view::full(&self.store, &run, self.clock.now()).await?)
+    }
+
+    /// Run `id` as `status` shows it, without collecting other runs' attempts first (the
+    /// engine that just drove it reports its end).
+    pub async fn view(&self, who: &Principal, id: &str) -> Result<RunView, Error> {
+        let run = self.by_id(who, id, id).await?;
+        Ok(view::full(&self.store, &run, self.clock.now()).await?)
+    }
+
+    /// The runs the principal sees, newest first. A team-bound principal sees its team's
+    /// runs only: a filter naming another team matches nothing.
+    pub async fn list(&self, who: &Principal, filter: &Filter) -> Result<Listing, Error> {
+        let state = filter.state.as_deref().map(run_state).transpose()?;
+        if filter.limit < 0 {
+            return Err(Error::invalid(format!(
+                "--limit {}: give a number of runs (0 for all)",
+                filter.limit
+            )));
+        }
+        self.collect_quietly().await;
+        let limit = if filter.limit == 0 {
+            i64::MAX
+        } else {
+            filter.limit
+        };
+        let own = who.bound_team();
+        let team = match (filter.team.as_deref(), own) {
+            (Some(asked), Some(own)) if asked != own => {
+                let any = !self.store.runs(Some(own), None, 1).await?.is_empty();
+                return Ok(Listing {
+                    runs: Vec::new(),
+                    state,
+                    any,
+                });
+            }
+            (asked, own) => asked.or(own),
+        };
+        let now = self.clock.now();
+        let runs: Vec<RunView> = self
+            .store
+            .runs(team, state, limit)
+            .await?
+            .iter()
+            .map(|r| view::summary(r, now))
+            .collect();
+        let any = !runs.is_empty() || !self.store.runs(own, None, 1).await?.is_empty();
+        Ok(Listing { runs, state, any })
+    }
+
+    /// The run whose logs are read, its steps and its attempts; with `step`, that step must
+    /// exist (not found, with the nearest name, otherwise).
+    pub async fn logs(
+        &self,
+        who: &Principal,
+        reference: &str,
+        step: Option<&str>,
+    ) -> Result<(String, Vec<StepRow>, Vec<AttemptRow>), Error> {
+        let run = self.lookup(who, reference).await?;
+        let steps = self.store.steps(&run.id).await?;
+        if let Some(step) = step {
+            known_step(&run.id, &steps, step)?;
+        }
+        let attempts = self.store.attempts(&run.id).await?;
+        Ok((run.id, steps, attempts))
+    }
+
+    /// Records the ends of attempts whose engine died (`run::reap`); a store that cannot be
+    /// written to still shows what it holds.
+    async fn collect_quietly(&self) {
+        if let Err(e) = crate::run::reap::collect(&self.store, None).await {
+            tracing::info!("cannot collect the attempts of runs whose engine is gone: {e}");
+        }
+    }
+}
+
+/// `NotFound` unless run `id` has a step named `step`, suggesting the nearest name.
+pub(super) fn known_step(id: &str, steps: &[StepRow], step: &str) -> Result<(), Error> {
+    if steps.iter().any(|s| s.name == step) {
+        return Ok(());
+    }
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    let hint = crate::spec::diagnostic::nearest(step, names.iter().copied())
+        .map(|n| format!(" (did you mean '{n}'?)"))
+        .unwrap_or_default();
+    Err(Error::NotFound(format!(
+        "run {id} has no step '{step}'{hint}"
+    )))
+}

@@ -1,0 +1,185 @@
+//! The shapes of a run as `sluice status --output json` and `sluice runs --output json` print
+//! them (pinned by the CLI contract; the server's API answers with the same), built from the
+//! store's rows.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::run::state::{attempt, run as rs, step as st};
+use crate::store::{AttemptRow, RunRow, StepRow, Store};
+
+/// A running run's engine: who holds its lease, and whether it still runs.
+#[derive(Debug, Serialize)]
+pub struct EngineView {
+    pub holder: Option<String>,
+    pub alive: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub state: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Running runs: the engine driving it, and whether it is alive (a run whose engine died
+    /// stays Running until `sluice resume`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepView>>,
+    /// Sweeps: the best trial and every trial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best: Option<crate::run::driver::Best>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trials: Option<Vec<crate::run::driver::TrialReport>>,
+    #[serde(skip)]
+    pub sweep: Option<crate::run::driver::Report>,
+    /// When the view was taken (by the service's clock): how long a running attempt has run
+    /// is measured to it.
+    #[serde(skip)]
+    pub taken_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StepView {
+    pub name: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub metrics: BTreeMap<String, f64>,
+    pub attempts: Vec<AttemptView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AttemptView {
+    pub number: i64,
+    pub state: String,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The last value of each metric this attempt reported.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, f64>,
+    /// Cluster mode: the node (index into the Cluster's nodes, pool by pool) of each worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<usize>>,
+    /// The GPU indices it held, worker after worker (on its node, in cluster mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<u32>>,
+}
+
+/// A run without its steps, as `runs` lists it.
+pub fn summary(run: &RunRow, taken_at: DateTime<Utc>) -> RunView {
+    RunView {
+        id: run.id.clone(),
+        name: run.name.clone(),
+        team: run.team.clone(),
+        state: run.state.clone(),
+        started_at: run.created_at.clone(),
+        ended_at: run.ended_at.clone(),
+        reason: run.reason.clone(),
+        engine: (run.state == rs::RUNNING).then(|| EngineView {
+            holder: run.lease_owner.clone(),
+            alive: crate::run::engine::gone(run).is_none(),
+        }),
+        steps: None,
+        best: None,
+        trials: None,
+        sweep: None,
+        taken_at,
+    }
+}
+
+/// A run with its steps and attempts, as `status --output json` prints it.
+pub async fn full(
+    store: &Store,
+    run: &RunRow,
+    taken_at: DateTime<Utc>,
+) -> Result<RunView, crate::store::Error> {
+    let id = run.id.as_str();
+    let steps = store.steps(id).await?;
+    let attempts = store.attempts(id).await?;
+    let mut by_step: BTreeMap<&str, Vec<AttemptView>> = BTreeMap::new();
+    for a in &attempts {
+        by_step
+            .entry(a.step.as_str())
+            .or_default()
+            .push(attempt_view(a));
+    }
+    let mut v = summary(run, taken_at);
+    v.steps = Some(
+        steps
+            .iter()
+            .map(|s| StepView {
+                name: s.name.clone(),
+                state: s.state.clone(),
+                reason: collected_reason(s, &attempts).or_else(|| s.reason.clone()),
+                metrics: s
+                    .metrics
+                    .as_deref()
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or_default(),
+                attempts: by_step.remove(s.name.as_str()).unwrap_or_default(),
+            })
+            .collect(),
+    );
+    if let Ok(pipeline) = crate::run::driver::pipeline_of(run)
+        && let Some(r) = crate::run::driver::report(&pipeline, &steps)
+    {
+        v.best = r.best.clone();
+        v.trials = Some(r.trials.clone());
+        v.sweep = Some(r);
+    }
+    Ok(v)
+}
+
+fn attempt_view(a: &AttemptRow) -> AttemptView {
+    AttemptView {
+        number: a.number,
+        state: a.state.clone(),
+        exit_code: a.exit_code,
+        signal: a.signal,
+        started_at: a.started_at.clone(),
+        ended_at: a.ended_at.clone(),
+        reason: a.reason.clone(),
+        metrics: a
+            .metrics
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default(),
+        nodes: a
+            .nodes
+            .as_deref()
+            .and_then(|n| serde_json::from_str(n).ok()),
+        gpus: a
+            .gpus
+            .as_deref()
+            .map(|g| g.split(',').filter_map(|x| x.parse().ok()).collect()),
+    }
+}
+
+/// A running step whose attempt ended while no engine drove the run (its end was collected by
+/// another `sluice`): what follows is decided when the run is resumed.
+fn collected_reason(s: &StepRow, attempts: &[AttemptRow]) -> Option<String> {
+    if s.state != st::RUNNING {
+        return None;
+    }
+    let a = attempts
+        .iter()
+        .filter(|a| a.step == s.name)
+        .max_by_key(|a| a.number)?;
+    (a.state != attempt::RUNNING).then(|| {
+        format!(
+            "attempt {} ended ({}) while no engine drove the run; `sluice resume` carries on from it",
+            a.number, a.state
+        )
+    })
+}
