@@ -355,13 +355,10 @@ conformance!(
         }
         let mut handles = Vec::new();
         for id in ids.clone() {
-            let other = match backend {
-                "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
-                _ => Location::Postgres(store_url(&store)),
-            }
-            .open(&store.home)
-            .await
-            .expect("another engine opens the store");
+            let other = location_of(&store, backend)
+                .open(&store.home)
+                .await
+                .expect("another engine opens the store");
             handles.push(tokio::spawn(async move {
                 other
                     .start_attempt(
@@ -390,10 +387,13 @@ conformance!(
     }
 );
 
-/// The URL of a PostgreSQL store (its `shown` form hides no password here: the test server
-/// has none).
-fn store_url(store: &Store) -> String {
-    store.shown().to_owned()
+/// Where `store` is, to open it again as another engine would (its `shown` form hides no
+/// password here: the test server has none).
+fn location_of(store: &Store, backend: &str) -> Location {
+    match backend {
+        "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
+        _ => Location::Postgres(store.shown().to_owned()),
+    }
 }
 
 conformance!(
@@ -410,13 +410,10 @@ conformance!(
         }
         let mut handles = Vec::new();
         for id in ids.clone() {
-            let other = match backend {
-                "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
-                _ => Location::Postgres(store_url(&store)),
-            }
-            .open(&store.home)
-            .await
-            .expect("another engine opens the store");
+            let other = location_of(&store, backend)
+                .open(&store.home)
+                .await
+                .expect("another engine opens the store");
             handles.push(tokio::spawn(async move {
                 let mut a = attempt("s", 1, 1000);
                 a.job = Some(r#"{"gpus":1}"#.into());
@@ -798,10 +795,7 @@ conformance!(
 conformance!(
     reopening_migrates_once_and_a_newer_schema_is_refused,
     |store, backend| {
-        let location = match backend {
-            "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
-            _ => Location::Postgres(store_url(&store)),
-        };
+        let location = location_of(&store, backend);
         store
             .create_run(&new_run("keep", "p", "t", &["s"]), None)
             .await
