@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod dag;
+pub mod executor;
 pub mod run;
 pub mod scheduler;
 pub mod spec;

@@ -395,7 +395,7 @@ fn warn_images(shown: &str, text: &str, pipeline: &crate::spec::model::Pipeline)
 
 /// The runtime steps run under, or exit 3 saying why it cannot be found.
 fn runtime_found() -> Result<(), Error> {
-    run::launch::runtime_command()
+    crate::executor::local::runtime::command()
         .map(|_| ())
         .map_err(|why| Error::Io {
             context: "cannot run steps".into(),
@@ -752,11 +752,14 @@ pub async fn preempt(home: &Home, args: &PreemptArgs, format: Format) -> Result<
             args.step, step.state
         )));
     };
-    let file = Path::new(&attempt.dir).join(sluice_runtime::contract::TERMINATE_FILE);
-    std::fs::write(&file, b"preempt\n").map_err(|source| Error::Io {
-        context: format!("cannot ask the runtime to stop ({})", file.display()),
-        source,
-    })?;
+    crate::executor::local::stop::ask(Path::new(&attempt.dir), crate::executor::Reason::Preempt)
+        .map_err(|e| match e {
+            crate::executor::Error::Io { context, source } => Error::Io { context, source },
+            other => Error::Io {
+                context: "cannot ask the runtime to stop".into(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
     match format {
         Format::Json => output::json(&serde_json::json!({
             "id": id, "state": rs::RUNNING, "step": args.step, "attempt": attempt.number,

@@ -69,6 +69,16 @@ impl Scheduling {
         Scheduling { spec, config }
     }
 
+    /// The Cluster's settings for attempts and their runtimes: `runtime.heartbeatTimeout`,
+    /// `runtime.keepCheckpoints`, `preemption.gracePeriod`.
+    pub fn settings(&self) -> crate::executor::Settings {
+        crate::executor::Settings {
+            heartbeat_timeout: self.spec.runtime.heartbeat_timeout,
+            grace_period: self.spec.scheduling.grace_period,
+            keep_checkpoints: self.spec.runtime.keep_checkpoints as usize,
+        }
+    }
+
     /// The request of one worker gang of `step`, for a run of `team`.
     pub fn ask(&self, team: &str, step: &Step) -> Ask {
         let r = &step.resources;

@@ -10,9 +10,7 @@ pub mod cluster;
 pub mod driver;
 pub mod engine;
 pub mod launch;
-pub mod probe;
 pub mod reap;
-pub mod server;
 pub mod state;
 pub mod submit;
 

@@ -15,13 +15,8 @@
 //! When the sweep ends, the controller row takes the best trial's outputs and metrics, and
 //! its `item` holds the best trial's parameters (what `{{steps.S.best.params.NAME}}` reads).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
-
-use sluice_runtime::contract;
-
 use super::{Driver, Error};
-use crate::run::launch;
+use crate::executor::{Executor, Reason};
 use crate::run::state::step as st;
 use crate::spec::model::{Action, Goal, Pipeline, Sweep, SweepParam};
 use crate::store::{Change, Event, StepRow};
@@ -31,6 +26,7 @@ use crate::sweep::early_stop;
 use crate::sweep::space::{Point, Value};
 use crate::sweep::tpe;
 use crate::time::{now_ms, now_rfc3339};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Reasons of trials asked to stop start with this: their termination ends them `Stopped`
 /// (kept in the row, so a resumed engine knows it too).
@@ -369,27 +365,7 @@ pub fn report(pipeline: &Pipeline, rows: &[StepRow]) -> Option<Report> {
 /// A trial's objective: (step, value) in the order reported.
 type Curve = Vec<(u64, f64)>;
 
-/// The objective's curve in an attempt's metrics file: (step, value) in the order reported.
-fn curve(dir: &Path, metric: &str) -> Vec<(u64, f64)> {
-    let Ok(text) = std::fs::read_to_string(dir.join(contract::METRICS_FILE)) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|o| o.get("name").and_then(serde_json::Value::as_str) == Some(metric))
-        .enumerate()
-        .filter_map(|(i, o)| {
-            let v = o.get("value")?.as_f64()?;
-            let step = o
-                .get("step")
-                .and_then(serde_json::Value::as_f64)
-                .map_or(i as u64 + 1, |s| s.max(0.0) as u64);
-            Some((step, v))
-        })
-        .collect()
-}
-
-impl Driver {
+impl<E: Executor> Driver<E> {
     pub(super) fn is_trial(&self, row: &StepRow) -> bool {
         self.trial_steps.contains_key(&row.step)
     }
@@ -901,7 +877,8 @@ impl Driver {
                 if self.sweeps[si].stopping_has(n) {
                     continue;
                 }
-                running.push((n, name.clone(), curve(Path::new(&l.attempt.dir), &metric)));
+                let c = self.executor.metrics(&l.handle, &metric).await;
+                running.push((n, name.clone(), c));
             }
             if running.is_empty() {
                 continue;
@@ -917,8 +894,10 @@ impl Driver {
                 .collect();
             for (n, i) in ended {
                 let row = &self.rows[i];
-                let dir = launch::attempt_dir(&self.home, &self.run.id, &row.name, row.attempts);
-                let c = curve(&dir, &metric);
+                let handle = self
+                    .executor
+                    .handle(&self.attempt_id(&row.name, row.attempts));
+                let c = self.executor.metrics(&handle, &metric).await;
                 self.sweeps[si].curves.insert(n, c);
             }
             let mut stop = Vec::new();
@@ -941,7 +920,7 @@ impl Driver {
                 }
             }
             for (n, name, at) in stop {
-                let idx = self.by_name[&name];
+                let idx = self.index_of(&name)?;
                 self.sweeps[si].stopping_note(n);
                 self.rows[idx].reason = Some(format!(
                     "{STOPPING}early stopping at step {at}: worse than the median of the other trials"
@@ -957,9 +936,7 @@ impl Driver {
                     ..Change::default()
                 })
                 .await?;
-                if let Some(l) = self.live.get(&name) {
-                    super::terminate(l);
-                }
+                self.stop_one(&name, Reason::Cancel).await;
             }
         }
         Ok(())
