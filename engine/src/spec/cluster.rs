@@ -452,3 +452,53 @@ impl Default for SchedulingSpec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: p, nodes: 1, resources: {cpu: 4}}\n";
+
+    fn loaded(extra: &str) -> Result<ClusterSpec, Vec<String>> {
+        load("c.yaml", format!("{HEAD}{extra}"))
+            .map(|(_, c)| c)
+            .map_err(|d| d.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn runtime_settings_are_read_with_their_defaults() {
+        let c = loaded("").expect("a valid Cluster");
+        assert_eq!(c.runtime, RuntimeSpec::default());
+        assert_eq!(c.runtime.heartbeat_timeout, Duration::from_secs(60));
+        assert_eq!(c.runtime.keep_checkpoints, 3);
+        let c = loaded("  runtime: {heartbeatTimeout: 5s, keepCheckpoints: 1}\n")
+            .expect("a valid Cluster");
+        assert_eq!(c.runtime.heartbeat_timeout, Duration::from_secs(5));
+        assert_eq!(c.runtime.keep_checkpoints, 1);
+    }
+
+    #[test]
+    fn wrong_runtime_settings_are_errors_at_their_line() {
+        let errors = loaded("  runtime:\n    keepCheckpoints: 0\n    heartbeatTimeout: 0s\n")
+            .expect_err("invalid settings");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(":8:") && e.contains("keepCheckpoints")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(":9:") && e.contains("heartbeatTimeout")),
+            "{errors:?}"
+        );
+        let errors = loaded("  runtime: {keepCheckpoint: 2}\n").expect_err("a typo");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("unknown field 'keepCheckpoint'")),
+            "{errors:?}"
+        );
+    }
+}
