@@ -385,3 +385,6 @@ impl Executor for Local {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
