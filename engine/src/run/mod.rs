@@ -13,6 +13,7 @@ pub mod launch;
 pub mod reap;
 pub mod state;
 pub mod submit;
+pub mod transitions;
 
 pub use driver::{Driver, Ending, Interrupt};
 pub use submit::{Origin, submit};

@@ -6,6 +6,7 @@ use super::{Driver, Error, Watcher};
 use crate::executor::{Executor, Reason};
 use crate::run::launch::{Scope, Stop};
 use crate::run::state::{run as rs, step as st};
+use crate::run::transitions::{self, Need, Next};
 use crate::spec::model::{ForEach, Step};
 use crate::store::{Change, StepRow};
 
@@ -32,30 +33,21 @@ impl<E: Executor> Driver<E> {
                 continue;
             }
             let step = self.step_of(&self.rows[idx])?.clone();
-            if step.on_exit && !main_done {
-                continue;
-            }
-            if !step.on_exit {
-                if let Some(reason) = self.blocked(&step) {
-                    match reason {
-                        Blocked::Waiting => continue,
-                        Blocked::Cancel(why) => {
-                            self.set_state(idx, st::CANCELLED, Some(why));
-                            changed.push(idx);
-                            continue;
-                        }
-                    }
-                }
-                if self.cancelling || self.failed_fast {
-                    let why = if self.cancelling {
-                        "the run was cancelled"
-                    } else {
-                        "not started: a step failed (failFast)"
-                    };
-                    self.set_state(idx, st::CANCELLED, Some(why.into()));
+            let needs = self.needs(&step);
+            match transitions::next(
+                &self.facts(),
+                self.failed_fast,
+                step.on_exit,
+                main_done,
+                &needs,
+            ) {
+                Next::Wait => continue,
+                Next::Cancel(why) => {
+                    self.set_state(idx, st::CANCELLED, Some(why));
                     changed.push(idx);
                     continue;
                 }
+                Next::Go => {}
             }
             // A fan-out over an upstream output: now that it exists, make the children.
             if self.rows[idx].name.ends_with("[*]") {
@@ -160,16 +152,18 @@ impl<E: Executor> Driver<E> {
             })
     }
 
-    fn blocked(&self, step: &Step) -> Option<Blocked> {
-        for need in &step.needs {
-            let c = self.counts.get(&need.step).copied().unwrap_or_default();
-            if c.terminal < c.total {
-                return Some(Blocked::Waiting);
-            }
-        }
-        for need in &step.needs {
-            let c = self.counts.get(&need.step).copied().unwrap_or_default();
-            if c.satisfied < c.total {
+    /// How the steps `step` needs have ended, in the order it names them.
+    fn needs<'s>(&'s self, step: &'s Step) -> Vec<Need<'s>> {
+        step.needs
+            .iter()
+            .map(|need| {
+                let c = self.counts.get(&need.step).copied().unwrap_or_default();
+                if c.terminal < c.total {
+                    return Need::Open(&need.step);
+                }
+                if c.satisfied == c.total {
+                    return Need::Satisfied(&need.step);
+                }
                 let how = match self
                     .by_name
                     .get(&need.step)
@@ -180,10 +174,17 @@ impl<E: Executor> Driver<E> {
                     // A fan-out: some of its children did not succeed.
                     _ => "did not succeed",
                 };
-                return Some(Blocked::Cancel(format!("upstream '{}' {how}", need.step)));
-            }
+                Need::Unsatisfied(&need.step, how)
+            })
+            .collect()
+    }
+
+    /// The run, as the decisions about its steps see it.
+    pub(super) fn facts(&self) -> transitions::Run {
+        transitions::Run {
+            cancelling: self.cancelling,
+            fail_fast: self.pipeline.fail_fast,
         }
-        None
     }
 
     /// What templates of row `idx` can read. `{{run.state}}` is worked out (a scan of every
@@ -271,12 +272,4 @@ impl<E: Executor> Driver<E> {
             self.failed_fast = true;
         }
     }
-}
-
-/// Why a step does not start now.
-enum Blocked {
-    /// A step it needs has not ended.
-    Waiting,
-    /// A step it needs failed or was cancelled: it is cancelled, for this reason.
-    Cancel(String),
 }

@@ -2,7 +2,6 @@
 //! their steps do next. Each end is decided here and committed before anything acts on it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use sluice_runtime::contract::{self, End};
 
@@ -10,7 +9,8 @@ use super::{Driver, Error, Live, sweeping};
 use crate::executor::{Event as Happened, Executor, Probe, Reason};
 use crate::run::launch;
 use crate::run::state::{attempt as at, step as st};
-use crate::spec::model::RetryOn;
+use crate::run::transitions::{self, Ended, Outcome};
+use crate::spec::model::Step;
 use crate::store::{AttemptRow, Change, Event};
 use crate::time::{now_ms, now_rfc3339};
 
@@ -106,20 +106,12 @@ impl<E: Executor> Driver<E> {
         attempt.reason = Some(reason.clone());
         attempt.ended_at = Some(now_rfc3339());
         let idx = self.index_of(name)?;
-        if self.cancelling && !self.is_on_exit(&self.rows[idx]) {
-            self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
-        } else if self.trial_stopping(idx) {
-            let why = stopped_reason(self.rows[idx].reason.as_deref());
-            self.set_state(idx, st::STOPPED, Some(why));
+        let step = self.step_of(&self.rows[idx])?.clone();
+        let outcome = self.decide(idx, &step, attempt.number, Ended::Lost(&reason), None);
+        let stopped = outcome.state == st::STOPPED;
+        self.apply(idx, outcome);
+        if stopped {
             self.trial_ended(idx, &BTreeMap::new());
-        } else {
-            // Lost work resumes at once and never counts against retry.limit.
-            self.rows[idx].not_before = None;
-            self.set_state(
-                idx,
-                st::QUEUED,
-                Some(format!("attempt {} lost: {reason}", attempt.number)),
-            );
         }
         self.reports.push(idx);
         let row = self.rows[idx].clone();
@@ -169,108 +161,37 @@ impl<E: Executor> Driver<E> {
         }
         let objects = launch::object_key(&self.run.team, &self.run.id, name, attempt.number);
         self.executor.ended(&handle, &objects);
-        let stopping = self.trial_stopping(idx);
         let missing_objective = self
             .trial_objective(idx)
             .filter(|m| result.end == End::Succeeded && !result.metrics.contains_key(m));
-        match result.end {
-            _ if stopping => {
-                attempt.state = if result.end == End::Succeeded {
-                    at::SUCCEEDED
-                } else {
-                    at::CANCELLED
-                }
-                .into();
-                let why = stopped_reason(self.rows[idx].reason.as_deref());
-                self.set_state(idx, st::STOPPED, Some(why));
+        let ended = Ended::Recorded {
+            end: result.end,
+            reason: result.reason.as_deref(),
+            exit_code: result.exit_code,
+            signal: result.signal,
+        };
+        let outcome = self.decide(
+            idx,
+            &step,
+            attempt.number,
+            ended,
+            missing_objective.as_deref(),
+        );
+        attempt.state = outcome.attempt.into();
+        if outcome.keep_outputs {
+            let outputs = format!("{objects}/outputs");
+            if let Some(key) = self.rows[idx].cache_key.clone() {
+                // The cache entry is committed before the step's `Succeeded` is (that goes
+                // with the next commit): a step said to have succeeded always left its
+                // entry, and an engine that dies between the two writes the same entry again
+                // when the next engine collects the attempt.
+                self.store
+                    .cache_put(&self.run.team, &key, &self.run.id, name, &outputs)
+                    .await?;
             }
-            End::Succeeded if missing_objective.is_some() => {
-                attempt.state = at::FAILED.into();
-                let metric = missing_objective.unwrap_or_default();
-                self.fail_permanently(
-                    idx,
-                    format!(
-                        "the trial exited 0 without reporting its objective '{metric}' (print `{metric}=VALUE` or append to $SLUICE_METRICS_FILE)"
-                    ),
-                );
-            }
-            End::Succeeded => {
-                attempt.state = at::SUCCEEDED.into();
-                let outputs = format!("{objects}/outputs");
-                if let Some(key) = self.rows[idx].cache_key.clone() {
-                    // The cache entry is committed before the step's `Succeeded` is (that
-                    // goes with the next commit): a step said to have succeeded always left
-                    // its entry, and an engine that dies between the two writes the same
-                    // entry again when the next engine collects the attempt.
-                    self.store
-                        .cache_put(&self.run.team, &key, &self.run.id, name, &outputs)
-                        .await?;
-                }
-                self.rows[idx].outputs = Some(outputs);
-                self.set_state(idx, st::SUCCEEDED, None);
-            }
-            End::Terminated => {
-                if self.cancelling {
-                    attempt.state = at::CANCELLED.into();
-                    self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
-                } else {
-                    // Stopped from outside (a preemption): back to the queue at once.
-                    attempt.state = at::PREEMPTED.into();
-                    self.rows[idx].not_before = None;
-                    self.set_state(
-                        idx,
-                        st::QUEUED,
-                        Some(format!("attempt {} preempted", attempt.number)),
-                    );
-                }
-            }
-            End::Failed | End::Timeout => {
-                let timeout = result.end == End::Timeout;
-                attempt.state = if timeout { at::TIMEOUT } else { at::FAILED }.into();
-                let why = result.reason.clone().unwrap_or_else(|| {
-                    match (result.exit_code, result.signal) {
-                        (_, Some(sig)) => format!("killed by signal {sig}"),
-                        (Some(code), _) => format!("exit code {code}"),
-                        _ => "failed".to_owned(),
-                    }
-                });
-                let why = if timeout {
-                    format!(
-                        "timed out after {}",
-                        step.timeout
-                            .map(crate::spec::units::format_duration)
-                            .unwrap_or_default()
-                    )
-                } else {
-                    why
-                };
-                let on = if timeout {
-                    RetryOn::Timeout
-                } else {
-                    RetryOn::Failure
-                };
-                let used = self.rows[idx].retries_used;
-                if self.cancelling && !step.on_exit {
-                    self.set_state(idx, st::CANCELLED, Some("the run was cancelled".into()));
-                } else if step.retry.on.contains(&on) && used < i64::from(step.retry.limit) {
-                    let backoff =
-                        step.retry.backoff.as_secs_f64() * step.retry.factor.powi(used as i32);
-                    let backoff = backoff.min(step.retry.max_backoff.as_secs_f64());
-                    self.rows[idx].retries_used = used + 1;
-                    self.rows[idx].not_before = Some(now_ms() + (backoff * 1000.0) as i64);
-                    self.set_state(
-                        idx,
-                        st::QUEUED,
-                        Some(format!(
-                            "retry in {} ({why})",
-                            crate::spec::units::format_duration(Duration::from_secs_f64(backoff))
-                        )),
-                    );
-                } else {
-                    self.fail_permanently(idx, why);
-                }
-            }
+            self.rows[idx].outputs = Some(outputs);
         }
+        self.apply(idx, outcome);
         if self.is_trial(&self.rows[idx]) {
             self.trial_ended(idx, &result.metrics);
         }
@@ -289,12 +210,54 @@ impl<E: Executor> Driver<E> {
         }
         Ok(())
     }
-}
 
-/// A stopped trial's reason: what it was asked to stop for.
-fn stopped_reason(reason: Option<&str>) -> String {
-    reason
-        .and_then(|r| r.strip_prefix(sweeping::STOPPING))
-        .unwrap_or("stopped")
-        .to_owned()
+    /// What row `idx` (an instance of `step`) knows of itself, for the decisions.
+    fn step_facts<'s>(
+        &'s self,
+        idx: usize,
+        step: &'s Step,
+        missing_objective: Option<&'s str>,
+    ) -> transitions::Step<'s> {
+        transitions::Step {
+            on_exit: step.on_exit,
+            trial: self.is_trial(&self.rows[idx]),
+            stopping: self
+                .trial_stopping(idx)
+                .then(|| self.rows[idx].reason.as_deref().unwrap_or_default()),
+            retry: &step.retry,
+            retries_used: self.rows[idx].retries_used,
+            timeout: step.timeout,
+            missing_objective,
+        }
+    }
+
+    /// What attempt `number` of row `idx` ending as `ended` means for the row (a trial that
+    /// succeeded without its objective: `missing_objective`).
+    fn decide(
+        &self,
+        idx: usize,
+        step: &Step,
+        number: i64,
+        ended: Ended<'_>,
+        missing_objective: Option<&str>,
+    ) -> Outcome {
+        transitions::attempt_ended(
+            &self.facts(),
+            &self.step_facts(idx, step, missing_objective),
+            number,
+            ended,
+            sweeping::STOPPING,
+            now_ms(),
+        )
+    }
+
+    /// Applies a decision to row `idx` in memory; the caller commits it.
+    fn apply(&mut self, idx: usize, outcome: Outcome) {
+        self.rows[idx].not_before = outcome.not_before;
+        self.rows[idx].retries_used = outcome.retries_used;
+        if outcome.fail_fast {
+            self.failed_fast = true;
+        }
+        self.set_state(idx, outcome.state, outcome.reason);
+    }
 }
