@@ -66,7 +66,9 @@ impl<E: Executor> Driver<E> {
         let mut pending = std::mem::take(&mut self.pending);
         let before = pending.change();
         let (held, waiting) = self.store.claims(&self.run.id, before, &mine, now).await?;
-        let verdict = scheduling.cycle(&self.run.id, &held, &waiting, now);
+        let verdict = scheduling
+            .cycle(&self.run.id, &held, &waiting, now)
+            .map_err(Error::Invalid)?;
         // Victims are told once their preemption is committed (its event), each once.
         let mut victims = Vec::new();
         for (dir, run, step, for_step) in &verdict.preempt {
