@@ -219,7 +219,9 @@ async fn every_step(
     }
     for a in chosen {
         let shown = print_whole(store, run, a, printer).await?;
-        let local_gone = !log_path(a).is_file();
+        // A running attempt's log is created at its first line: one not there yet is followed
+        // from its start, not taken for a log moved away.
+        let local_gone = a.state != attempt::RUNNING && !log_path(a).is_file();
         offsets.insert(
             (a.step.clone(), a.number),
             if local_gone { u64::MAX } else { shown },
