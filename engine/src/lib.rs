@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod clock;
 pub mod dag;
+pub mod executor;
 pub mod run;
 pub mod scheduler;
 pub mod service;

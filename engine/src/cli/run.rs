@@ -137,7 +137,7 @@ pub async fn start(
 
 /// The runtime steps run under, or exit 3 saying why it cannot be found.
 fn runtime_found() -> Result<(), Error> {
-    run::launch::runtime_command()
+    crate::executor::local::runtime::command()
         .map(|_| ())
         .map_err(|why| Error::Io {
             context: "cannot run steps".into(),

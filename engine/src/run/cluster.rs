@@ -69,6 +69,16 @@ impl Scheduling {
         Scheduling { spec, config }
     }
 
+    /// The Cluster's settings for attempts and their runtimes: `runtime.heartbeatTimeout`,
+    /// `runtime.keepCheckpoints`, `preemption.gracePeriod`.
+    pub fn settings(&self) -> crate::executor::Settings {
+        crate::executor::Settings {
+            heartbeat_timeout: self.spec.runtime.heartbeat_timeout,
+            grace_period: self.spec.scheduling.grace_period,
+            keep_checkpoints: self.spec.runtime.keep_checkpoints as usize,
+        }
+    }
+
     /// The request of one worker gang of `step`, for a run of `team`.
     pub fn ask(&self, team: &str, step: &Step) -> Ask {
         let r = &step.resources;
@@ -90,20 +100,20 @@ impl Scheduling {
     }
 
     /// One scheduling cycle over what `held` and `waiting` say (every run's), at `now` (unix
-    /// ms); the decisions for the steps of run `run`.
-    pub fn cycle(&self, run: &str, held: &[Claim], waiting: &[Claim], now: i64) -> Verdict {
+    /// ms); the decisions for the steps of run `run`. A running attempt whose request or nodes
+    /// cannot be read is an error naming it: leaving it out would give its room away twice.
+    pub fn cycle(
+        &self,
+        run: &str,
+        held: &[Claim],
+        waiting: &[Claim],
+        now: i64,
+    ) -> Result<Verdict, String> {
         let mut config = self.config.clone();
         let now = u64::try_from(now).unwrap_or(0);
         let mut running = Vec::with_capacity(held.len());
         for (i, c) in held.iter().enumerate() {
-            let (Ok(ask), Some(nodes)) = (
-                serde_json::from_str::<Ask>(&c.job),
-                c.nodes
-                    .as_deref()
-                    .and_then(|n| serde_json::from_str(n).ok()),
-            ) else {
-                continue;
-            };
+            let (ask, nodes) = held_claim(c)?;
             let started = u64::try_from(c.since).unwrap_or(0);
             running.push(Running {
                 job: job(&mut config, i as u64, &ask, started),
@@ -161,7 +171,7 @@ impl Scheduling {
                 }
             }
         }
-        verdict
+        Ok(verdict)
     }
 
     /// Whether `ask`'s workers still fit on `nodes` given what runs (`held`), and if so the GPU
@@ -172,14 +182,8 @@ impl Scheduling {
         let mut free: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
         let mut taken: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
         for c in held {
-            let (Ok(other), Some(on)) = (
-                serde_json::from_str::<Ask>(&c.job),
-                c.nodes
-                    .as_deref()
-                    .and_then(|n| serde_json::from_str::<Vec<usize>>(n).ok()),
-            ) else {
-                continue;
-            };
+            // One that cannot be read: no room is known to be free (the cycle said why).
+            let (other, on) = held_claim(c).ok()?;
             let gpus: Vec<u32> = c
                 .gpus
                 .as_deref()
@@ -244,6 +248,23 @@ impl Scheduling {
             .find(|t| t.name == team)
             .and_then(|t| t.max_trials_per_minute)
     }
+}
+
+/// The request and nodes of a running attempt, as its engine stored them.
+fn held_claim(c: &Claim) -> Result<(Ask, Vec<usize>), String> {
+    let unreadable = |what: &str, e: &dyn std::fmt::Display| {
+        format!(
+            "run {}: the {what} stored with the running attempt of '{}' cannot be read ({e})",
+            c.run_id, c.step
+        )
+    };
+    let ask = serde_json::from_str::<Ask>(&c.job).map_err(|e| unreadable("request", &e))?;
+    let nodes = c
+        .nodes
+        .as_deref()
+        .ok_or_else(|| unreadable("nodes", &"none"))
+        .and_then(|n| serde_json::from_str(n).map_err(|e| unreadable("nodes", &e)))?;
+    Ok((ask, nodes))
 }
 
 /// How a run keeps its Cluster file: `{"file", "source"}`.
@@ -380,7 +401,7 @@ spec:
             waiting("mine", "second", &ask(4, 1), 2),
             waiting("mine", "third", &ask(4, 1), 3),
         ];
-        let v = s.cycle("mine", &[], &waits, 10);
+        let v = s.cycle("mine", &[], &waits, 10).expect("a cycle");
         // The other run's older step takes a node (its engine starts it); this run's next
         // one takes the other node; the last one waits, with a reason.
         assert_eq!(v.admit.len(), 1, "{v:?}");
@@ -398,15 +419,30 @@ spec:
         let running = [held("r1", "explore", &low, &[0, 1], "0,1,2,3,0,1,2,3")];
         let mut high = ask(4, 1);
         high.priority = 1000;
-        let v = s.cycle(
-            "r2",
-            &running,
-            &[waiting("r2", "urgent", &high, 5)],
-            1_000_000,
-        );
+        let v = s
+            .cycle(
+                "r2",
+                &running,
+                &[waiting("r2", "urgent", &high, 5)],
+                1_000_000,
+            )
+            .expect("a cycle");
         assert_eq!(v.preempt.len(), 1, "{v:?}");
         assert_eq!(v.preempt[0].0, "/attempts/r1/explore.1");
         assert_eq!(v.preempt[0].3, "urgent");
         assert!(v.admit.is_empty());
+    }
+
+    #[test]
+    fn a_running_attempt_that_cannot_be_read_is_an_error_not_free_room() {
+        let s = lab();
+        let mut broken = held("r1", "a", &ask(2, 1), &[0], "0,1");
+        broken.job = "{not json".into();
+        let err = s
+            .cycle("mine", std::slice::from_ref(&broken), &[], 10)
+            .expect_err("an unreadable claim");
+        assert!(err.contains("run r1") && err.contains("'a'"), "{err}");
+        // Nor does placing onto the nodes believe the room is free.
+        assert_eq!(s.place(&[broken], &ask(1, 1), &[0]), None);
     }
 }

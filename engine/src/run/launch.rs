@@ -1,11 +1,12 @@
-//! From a step instance to a started attempt: templates rendered, inputs listed, the
-//! attempt's folder and `launch.json` written (the run's runtime, `run::server`, starts it).
+//! From a step instance to the launch of an attempt: templates rendered, inputs listed, the
+//! runtime's settings filled in. The executor writes it where its runtime reads it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use sluice_runtime::contract::{self, Input, Launch};
 
+use crate::executor::Settings;
 use crate::spec::model::{Action, ParamValue, Step};
 use crate::spec::template::{Ref, Template};
 use crate::store::{RunRow, StepRow};
@@ -191,13 +192,6 @@ pub fn argv_of_line(line: &str) -> Vec<String> {
     }
 }
 
-/// Where one attempt's files live.
-pub fn attempt_dir(home: &Path, run: &str, step: &str, number: i64) -> PathBuf {
-    home.join("attempts")
-        .join(run)
-        .join(format!("{step}.{number}"))
-}
-
 /// The object-store prefix of a step's checkpoints (`teams/TEAM/checkpoints/RUN/STEP`).
 pub fn checkpoint_prefix(team: &str, run: &str, step: &str) -> String {
     format!("teams/{team}/checkpoints/{run}/{step}")
@@ -212,22 +206,20 @@ pub fn run_prefixes(team: &str, run: &str) -> [String; 2] {
     ]
 }
 
-/// Complete checkpoints kept per step (`runtime.keepCheckpoints` of a Cluster, default 3).
-pub const KEEP_CHECKPOINTS: usize = 3;
-
 /// The object-store key of an attempt (`teams/TEAM/runs/RUN/STEP/ATTEMPT`).
 pub fn object_key(team: &str, run: &str, step: &str, number: i64) -> String {
     format!("teams/{team}/runs/{run}/{step}/{number}")
 }
 
-/// Builds the launch of attempt `number` of `row` (an instance of `step`).
+/// Builds the launch of attempt `number` of `row` (an instance of `step`), whose files are at
+/// `dir` as its runtime sees them, with the Cluster's runtime `settings`.
 pub fn build(
     scope: &Scope<'_>,
-    home: &Path,
+    dir: &Path,
     step: &Step,
     row: &StepRow,
     number: i64,
-    grace_ms: u64,
+    settings: &Settings,
     machine_gpus: usize,
 ) -> Result<Launch, Stop> {
     let run = scope.run;
@@ -239,7 +231,6 @@ pub fn build(
             step.resources.workers.max(1)
         )));
     }
-    let dir = attempt_dir(home, &run.id, &row.name, number);
     let inputs_dir = dir.join("inputs");
     let mut inputs = Vec::new();
     let argv = match &step.action {
@@ -300,22 +291,19 @@ pub fn build(
         argv,
         workdir,
         env,
-        timeout_ms: step
-            .timeout
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        grace_ms,
+        timeout_ms: step.timeout.map(millis),
+        grace_ms: millis(settings.grace_period),
         inputs,
         outputs: step.outputs.clone(),
         output_dir,
         checkpoint_dir,
         checkpoint: step.checkpoint.map(|every| contract::CheckpointSpec {
-            every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            every_ms: millis(every),
             prefix: checkpoint_prefix(&run.team, &run.id, &row.name),
-            keep: KEEP_CHECKPOINTS,
+            keep: settings.keep_checkpoints,
         }),
         workers: step.resources.workers.max(1),
-        // Set by the driver from its heartbeat timeout.
-        heartbeat_ms: 15_000,
+        heartbeat_ms: millis(settings.heartbeat_every()),
         gpus: Vec::new(),
         gpus_per_worker: step.resources.gpu,
         hide_gpus: machine_gpus > 0 && step.resources.gpu == 0,
@@ -329,81 +317,8 @@ pub fn build(
     })
 }
 
-/// Writes the attempt's folder and `launch.json`. The runtime starts only after this returns,
-/// so the file needs no atomic rename: an engine that dies while writing it never starts the
-/// runtime, and the attempt is given up.
-pub fn prepare(dir: &Path, launch: &Launch) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let text = serde_json::to_vec(launch).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join(contract::LAUNCH_FILE), text)
-}
-
-/// How the engine starts the runtime: a program, and the words before the runtime's own.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeCommand {
-    pub program: PathBuf,
-    /// `["runtime"]` when the program is `sluice` itself.
-    pub prefix: Vec<&'static str>,
-}
-
-impl std::fmt::Display for RuntimeCommand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.program.display())?;
-        for word in &self.prefix {
-            write!(f, " {word}")?;
-        }
-        Ok(())
-    }
-}
-
-/// The runtime, as the contract finds it: a `sluice-runtime` beside this program, else
-/// `$SLUICE_RUNTIME`, else `sluice-runtime` on `PATH`; else the runtime built into this very
-/// binary (`sluice runtime ...`), so that copying `sluice` alone is enough. A `$SLUICE_RUNTIME`
-/// that names no file is an error, found before anything starts.
-pub fn runtime_command() -> Result<RuntimeCommand, String> {
-    let exe = std::env::current_exe().ok();
-    if let Some(dir) = exe.as_deref().and_then(Path::parent) {
-        let beside = dir.join("sluice-runtime");
-        if beside.is_file() {
-            return Ok(RuntimeCommand {
-                program: beside,
-                prefix: Vec::new(),
-            });
-        }
-    }
-    if let Some(p) = std::env::var_os("SLUICE_RUNTIME").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(&p);
-        if path.is_file() {
-            return Ok(RuntimeCommand {
-                program: path,
-                prefix: Vec::new(),
-            });
-        }
-        return Err(format!(
-            "SLUICE_RUNTIME={} names no runtime binary; unset it to use the runtime built into sluice",
-            path.display()
-        ));
-    }
-    if let Some(path) = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("sluice-runtime"))
-            .find(|p| p.is_file())
-    }) {
-        return Ok(RuntimeCommand {
-            program: path,
-            prefix: Vec::new(),
-        });
-    }
-    match exe {
-        Some(program) => Ok(RuntimeCommand {
-            program,
-            prefix: vec!["runtime"],
-        }),
-        None => Err(
-            "cannot find sluice-runtime (beside sluice, $SLUICE_RUNTIME or PATH), nor this program's own path"
-                .into(),
-        ),
-    }
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

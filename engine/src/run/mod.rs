@@ -10,11 +10,10 @@ pub mod cluster;
 pub mod driver;
 pub mod engine;
 pub mod launch;
-pub mod probe;
 pub mod reap;
-pub mod server;
 pub mod state;
 pub mod submit;
+pub mod transitions;
 
 pub use driver::{Driver, Ending, Interrupt};
 pub use submit::{Origin, submit};

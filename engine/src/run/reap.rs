@@ -17,8 +17,8 @@ use std::path::Path;
 use sluice_runtime::contract::{self, End};
 
 use super::engine;
-use super::probe::{Probe, probe};
 use super::state::attempt as at;
+use crate::executor::local::probe::{Probe, probe};
 use crate::store::{self, AttemptRow, Store};
 use crate::time::now_rfc3339;
 
@@ -81,7 +81,7 @@ fn ended_row(mut a: AttemptRow, found: Probe, cancelled: bool) -> Option<Attempt
                 End::Terminated => at::PREEMPTED,
             }
             .into();
-            super::probe::record_end(&mut a, &result);
+            record_end(&mut a, &result);
         }
         Probe::Vanished(reason) => {
             a.state = at::LOST.into();
@@ -92,10 +92,23 @@ fn ended_row(mut a: AttemptRow, found: Probe, cancelled: bool) -> Option<Attempt
     Some(a)
 }
 
+/// Copies how an attempt ended (exit code, signal, reason, metrics, end time) from its result
+/// into its row; the state is the caller's to decide.
+pub fn record_end(a: &mut AttemptRow, result: &contract::Result) {
+    a.exit_code = result.exit_code.map(i64::from);
+    a.signal = result.signal.map(i64::from);
+    a.reason = result.reason.clone();
+    a.ended_at = Some(result.ended_at.clone());
+    if !result.metrics.is_empty() {
+        a.metrics = serde_json::to_string(&result.metrics).ok();
+    }
+}
+
 /// The result an attempt collected by another process ended with, for the engine that resumes
-/// its run: read again from its folder, else rebuilt from its row (the folder was removed).
-pub fn collected_result(a: &AttemptRow) -> Option<contract::Result> {
-    if let Some(r) = super::probe::read_result(Path::new(&a.dir)) {
+/// its run: as its executor still `recorded` it, else rebuilt from its row (the record is
+/// gone).
+pub fn result_of(a: &AttemptRow, recorded: Option<contract::Result>) -> Option<contract::Result> {
+    if let Some(r) = recorded {
         return Some(r);
     }
     let end = match a.state.as_str() {

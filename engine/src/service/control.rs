@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::read::known_step;
 use super::{Error, Principal, Service};
+use crate::executor::Reason;
 use crate::run::state::{attempt, run as rs, step as st};
 
 /// What `retry` did.
@@ -137,14 +138,7 @@ impl Service {
                 state,
             ));
         };
-        // The local executor's stop request (the executor seam will own this write).
-        let file = Path::new(&running.dir).join(sluice_runtime::contract::TERMINATE_FILE);
-        std::fs::write(&file, b"preempt\n").map_err(|source| {
-            Error::io(
-                format!("cannot ask the runtime to stop ({})", file.display()),
-                source,
-            )
-        })?;
+        crate::executor::local::stop::ask(Path::new(&running.dir), Reason::Preempt)?;
         Ok(Preempted {
             id,
             step: step.to_owned(),

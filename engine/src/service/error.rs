@@ -120,8 +120,17 @@ impl From<crate::run::driver::Error> for Error {
         match e {
             D::Store(s) => s.into(),
             D::Invalid(message) => Error::invalid(message),
-            e @ (D::Io { .. } | D::Objects(_) | D::HomeGone(_)) => Error::Unavailable(Box::new(e)),
+            e @ (D::Io { .. } | D::Objects(_) | D::HomeGone(_) | D::Executor(_)) => {
+                Error::Unavailable(Box::new(e))
+            }
         }
+    }
+}
+
+/// An executor that cannot stop or start an attempt is the environment's fault.
+impl From<crate::executor::Error> for Error {
+    fn from(e: crate::executor::Error) -> Self {
+        Error::Unavailable(Box::new(e))
     }
 }
 

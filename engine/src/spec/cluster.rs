@@ -1,7 +1,7 @@
 //! The scheduling part of a `kind: Cluster` document: pools (nodes, resources, labels,
 //! interruptible, price), teams (weight, quota, borrow limit, rate and queue limits), priority
-//! classes, preemption and scheduling settings. Each problem is reported where it is written;
-//! fields of other parts (executor, kubernetes, state, objects, runtime) are accepted here.
+//! classes, preemption, scheduling and runtime settings. Each problem is reported where it is
+//! written; fields of other parts (executor, kubernetes, state, objects) are accepted here.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use super::Loaded;
 use super::decode::Cx;
 use super::diagnostic::{Diagnostic, Diagnostics};
 use super::model::{
-    ClusterPool, ClusterSpec, ClusterTeam, PriorityClass, Quantities, SchedulingSpec,
+    ClusterPool, ClusterSpec, ClusterTeam, PriorityClass, Quantities, RuntimeSpec, SchedulingSpec,
 };
 use super::yaml::Node;
 
@@ -189,13 +189,46 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
                 .unwrap_or(scheduling.grace_period);
         }
     }
+    let runtime = spec
+        .get("runtime")
+        .map(|r| runtime(cx, r))
+        .unwrap_or_default();
     Some(ClusterSpec {
         name: name.to_owned(),
         pools,
         teams,
         priorities,
         scheduling,
+        runtime,
     })
+}
+
+/// `runtime: {heartbeatTimeout, keepCheckpoints}`; what is wrong is reported and its default
+/// kept.
+fn runtime(cx: &mut Cx<'_>, node: &Node) -> RuntimeSpec {
+    let mut out = RuntimeSpec::default();
+    if cx
+        .fields(node, "runtime", &["heartbeatTimeout", "keepCheckpoints"])
+        .is_none()
+    {
+        return out;
+    }
+    if let Some(h) = node.get("heartbeatTimeout")
+        && let Some(d) = cx.duration(h, "runtime.heartbeatTimeout")
+    {
+        if d.is_zero() {
+            cx.d.error(h.pos, "runtime.heartbeatTimeout: must be longer than 0s")
+                .help("a runtime touches its heartbeat every quarter of this: 60s is the default");
+        } else {
+            out.heartbeat_timeout = d;
+        }
+    }
+    if let Some(k) = node.get("keepCheckpoints")
+        && let Some(n) = cx.u32(k, "runtime.keepCheckpoints", 1)
+    {
+        out.keep_checkpoints = n;
+    }
+    out
 }
 
 fn one_of(cx: &mut Cx<'_>, node: &Node, field: &str, allowed: &[&str]) -> Option<String> {
@@ -417,5 +450,55 @@ impl Default for SchedulingSpec {
             reclaim: true,
             grace_period: Duration::from_secs(30),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: p, nodes: 1, resources: {cpu: 4}}\n";
+
+    fn loaded(extra: &str) -> Result<ClusterSpec, Vec<String>> {
+        load("c.yaml", format!("{HEAD}{extra}"))
+            .map(|(_, c)| c)
+            .map_err(|d| d.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn runtime_settings_are_read_with_their_defaults() {
+        let c = loaded("").expect("a valid Cluster");
+        assert_eq!(c.runtime, RuntimeSpec::default());
+        assert_eq!(c.runtime.heartbeat_timeout, Duration::from_secs(60));
+        assert_eq!(c.runtime.keep_checkpoints, 3);
+        let c = loaded("  runtime: {heartbeatTimeout: 5s, keepCheckpoints: 1}\n")
+            .expect("a valid Cluster");
+        assert_eq!(c.runtime.heartbeat_timeout, Duration::from_secs(5));
+        assert_eq!(c.runtime.keep_checkpoints, 1);
+    }
+
+    #[test]
+    fn wrong_runtime_settings_are_errors_at_their_line() {
+        let errors = loaded("  runtime:\n    keepCheckpoints: 0\n    heartbeatTimeout: 0s\n")
+            .expect_err("invalid settings");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(":8:") && e.contains("keepCheckpoints")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(":9:") && e.contains("heartbeatTimeout")),
+            "{errors:?}"
+        );
+        let errors = loaded("  runtime: {keepCheckpoint: 2}\n").expect_err("a typo");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("unknown field 'keepCheckpoint'")),
+            "{errors:?}"
+        );
     }
 }

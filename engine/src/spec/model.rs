@@ -435,6 +435,25 @@ pub struct ClusterSpec {
     pub teams: Vec<ClusterTeam>,
     pub priorities: Vec<PriorityClass>,
     pub scheduling: SchedulingSpec,
+    pub runtime: RuntimeSpec,
+}
+
+/// `runtime:` of a Cluster: what the engine expects of its attempts' runtimes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeSpec {
+    /// An attempt silent this long is declared lost (`heartbeatTimeout`, default 60 s).
+    pub heartbeat_timeout: Duration,
+    /// Complete checkpoints kept per step (`keepCheckpoints`, default 3).
+    pub keep_checkpoints: u32,
+}
+
+impl Default for RuntimeSpec {
+    fn default() -> Self {
+        RuntimeSpec {
+            heartbeat_timeout: Duration::from_secs(60),
+            keep_checkpoints: 3,
+        }
+    }
 }
 
 /// Resources as written: each may be absent.

@@ -1,5 +1,5 @@
-//! What an attempt's folder says about its runtime, read by the engine driving the run and by
-//! any `sluice` that finds the run's engine gone (`run::reap`).
+//! What an attempt's folder says about its runtime, read by the local executor of the engine
+//! driving the run and by any `sluice` that finds the run's engine gone (`run::reap`).
 //!
 //! The runtime holds an flock on the attempt's `lock` for the attempt's whole life and writes
 //! `result.json` before letting go, so a free lock with a result is an attempt that ended, a
@@ -79,19 +79,8 @@ pub fn kill_programs(dir: &Path) {
     }
 }
 
+/// The result the runtime recorded in the folder, if it did (and it parses).
 pub fn read_result(dir: &Path) -> Option<contract::Result> {
     let text = std::fs::read(dir.join(contract::RESULT_FILE)).ok()?;
     serde_json::from_slice(&text).ok()
-}
-
-/// Copies how an attempt ended (exit code, signal, reason, metrics, end time) from its result
-/// into its row; the state is the caller's to decide.
-pub fn record_end(a: &mut crate::store::AttemptRow, result: &contract::Result) {
-    a.exit_code = result.exit_code.map(i64::from);
-    a.signal = result.signal.map(i64::from);
-    a.reason = result.reason.clone();
-    a.ended_at = Some(result.ended_at.clone());
-    if !result.metrics.is_empty() {
-        a.metrics = serde_json::to_string(&result.metrics).ok();
-    }
 }

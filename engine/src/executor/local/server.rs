@@ -29,7 +29,7 @@ pub enum Note {
 pub struct Server {
     stdin: ChildStdin,
     /// The runtime's process id, to end it if it hangs.
-    pub pid: Option<u32>,
+    pid: Option<u32>,
     /// Which runtime of this engine this is (1, 2, ...), to match `Note::Gone`.
     pub generation: u64,
 }
@@ -47,7 +47,7 @@ impl Server {
             .create(true)
             .append(true)
             .open(run_dir.join("runtime.err"))?;
-        let runtime = super::launch::runtime_command().map_err(std::io::Error::other)?;
+        let runtime = super::runtime::command().map_err(std::io::Error::other)?;
         let mut cmd = tokio::process::Command::new(&runtime.program);
         cmd.args(&runtime.prefix)
             .arg("serve")
@@ -91,6 +91,23 @@ impl Server {
             pid,
             generation,
         })
+    }
+
+    /// SIGKILL to the runtime (it hangs).
+    pub fn kill(&self) {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+
+    /// SIGTERM to the runtime: it stops its attempts (SIGTERM to their programs, the grace
+    /// period, SIGKILL) and ends.
+    pub fn terminate(&self) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
     }
 
     /// Hands the runtime attempt `number` of `step`, prepared in `dir`.

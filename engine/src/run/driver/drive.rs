@@ -1,0 +1,245 @@
+//! The driver's loop: wait for an attempt's event, an interrupt or a timer; decide; commit;
+//! then act. Also how a run ends: its final state, committed before the lease is let go.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::{Driver, Ending, Error, Interrupt, Watcher, store_file_id};
+use crate::executor::{Executor, Reason};
+use crate::run::engine::{self, LEASE_MS};
+use crate::run::state::{run as rs, step as st};
+use crate::store::{Change, Event};
+use crate::time::now_ms;
+
+/// How often the store is asked whether another process cancelled the run.
+const CANCEL_POLL: Duration = Duration::from_millis(300);
+/// How often, while steps wait for room, the attempts of runs whose engine died are collected
+/// (`run::reap`), so that what they held is free again.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+/// How long until unix time `at` (ms), from now.
+fn until(at: i64) -> Duration {
+    Duration::from_millis(u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0))
+}
+
+impl<E: Executor> Driver<E> {
+    /// Drives the run to its end. `interrupts` delivers Ctrl-C presses (and their kin).
+    pub async fn drive(
+        mut self,
+        watcher: &mut dyn Watcher,
+        mut interrupts: Option<mpsc::UnboundedReceiver<Interrupt>>,
+    ) -> Result<Ending, Error> {
+        let mut last_cancel_check = Instant::now();
+        let mut last_lease = Instant::now();
+        let mut last_tick = Instant::now();
+        let mut last_reap = Instant::now();
+        let mut presses = 0;
+        loop {
+            // Nothing is decided or started over a home that is gone (one stat).
+            self.check_home()?;
+            self.advance(watcher).await?;
+            if let Some(state) = self.finished() {
+                self.end(&state, watcher).await?;
+                return Ok(Ending::Ended(state));
+            }
+            let mut wait = Duration::from_secs(1);
+            if let Some(nb) = self.next_not_before() {
+                wait = wait.min(until(nb));
+            }
+            if !self.queued.is_empty() && self.ready_queued() {
+                wait = wait.min(super::start::CAPACITY_POLL);
+            }
+            if let Some(at) = self.rate_wake.filter(|&at| at > now_ms()) {
+                // A trial held back by its team's rate limit starts on time, not a poll late.
+                wait = wait.min(until(at));
+            }
+            if let Some(d) = self.deadline {
+                wait = wait.min(until(d));
+            }
+            wait = wait.min(CANCEL_POLL);
+            // Nothing more to start now: what was decided is committed before waiting.
+            self.flush().await?;
+            let interrupt = async {
+                match interrupts.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = self.executor.next_event() => self.on_event(event).await?,
+                Some(kind) = interrupt => {
+                    presses += match kind {
+                        Interrupt::Press => 1,
+                        Interrupt::Detach => 2,
+                    };
+                    if presses >= 2 {
+                        self.executor.settle().await;
+                        self.flush().await?;
+                        self.store.release_lease(&self.run.id, &self.owner).await?;
+                        watcher.note("second interrupt: leaving running steps to `sluice resume`");
+                        return Ok(Ending::Detached);
+                    }
+                    watcher.note("cancelling: steps get SIGTERM (Ctrl-C again to leave them running)");
+                    self.store.request_cancel(&self.run.id).await?;
+                    self.cancel(Reason::Cancel).await;
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+            if !self.queued.is_empty() && self.ready_queued() && last_reap.elapsed() >= REAP_EVERY {
+                // Steps wait for room: room held by runs whose engine died is given back.
+                last_reap = Instant::now();
+                if let Err(e) = crate::run::reap::collect(&self.store, Some(&self.run.id)).await {
+                    tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
+                }
+            }
+            let tick = (self.settings.heartbeat_timeout / 4).min(Duration::from_secs(1));
+            if last_tick.elapsed() >= tick {
+                last_tick = Instant::now();
+                self.check_early_stops().await?;
+                if self.cancelling {
+                    // What runs is told again (a stop asked of an attempt not yet started).
+                    self.stop_live(Reason::Cancel).await;
+                }
+            }
+            if last_cancel_check.elapsed() >= CANCEL_POLL {
+                last_cancel_check = Instant::now();
+                if !self.cancelling && self.store.cancel_requested(&self.run.id).await? {
+                    watcher.note("the run was cancelled");
+                    self.cancel(Reason::Cancel).await;
+                }
+                if let Some(d) = self.deadline
+                    && now_ms() >= d
+                    && !self.cancelling
+                {
+                    watcher.note("the run timed out");
+                    self.timed_out = true;
+                    self.cancel(Reason::Timeout).await;
+                }
+            }
+            if last_lease.elapsed() >= Duration::from_millis((LEASE_MS / 3) as u64) {
+                last_lease = Instant::now();
+                self.check_home()?;
+                let now = now_ms();
+                if let Err(holder) = self
+                    .store
+                    .take_lease(
+                        &self.run.id,
+                        &engine::me(now + LEASE_MS),
+                        |h| engine::alive(h, now),
+                        false,
+                    )
+                    .await?
+                {
+                    self.executor.settle().await;
+                    self.flush().await?;
+                    return Ok(Ending::Busy(holder.owner));
+                }
+            }
+        }
+    }
+
+    /// Fails when the home's state store is no longer the file this engine opened (the home
+    /// was deleted or replaced): what the engine commits would be lost, so it stops its running
+    /// steps (its executor halts them at once) and says so.
+    pub(super) fn check_home(&mut self) -> Result<(), Error> {
+        let now = store_file_id(&self.home);
+        if self.store_file.is_none() || now == self.store_file {
+            return Ok(());
+        }
+        self.executor.halt();
+        Err(Error::HomeGone(format!(
+            "the sluice home {} was removed or replaced while run {} was going: its state is gone, so the run cannot go on ({} running step(s) stopped)",
+            self.home.display(),
+            self.run.id,
+            self.live.len()
+        )))
+    }
+
+    fn next_not_before(&self) -> Option<i64> {
+        if self.backing_off.is_empty() {
+            return None;
+        }
+        self.backing_off
+            .iter()
+            .filter_map(|&i| self.rows[i].not_before)
+            .min()
+    }
+
+    fn ready_queued(&self) -> bool {
+        if self.backing_off.is_empty() {
+            return !self.queued.is_empty();
+        }
+        let now = now_ms();
+        self.queued
+            .iter()
+            .any(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
+    }
+
+    /// Whether every step has ended and nothing runs: the run's final state.
+    fn finished(&self) -> Option<String> {
+        if !self.live.is_empty() || self.open_all > 0 {
+            return None;
+        }
+        Some(self.final_state())
+    }
+
+    fn final_state(&self) -> String {
+        if self.timed_out {
+            return rs::FAILED.into();
+        }
+        if self.cancelling {
+            return rs::CANCELLED.into();
+        }
+        let failed = self.rows.iter().any(|r| {
+            !self.is_trial(r)
+                && (r.state == st::FAILED || (r.state == st::CANCELLED && !self.is_on_exit(r)))
+        });
+        if failed {
+            rs::FAILED.into()
+        } else {
+            rs::SUCCEEDED.into()
+        }
+    }
+
+    async fn end(&mut self, state: &str, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        // The run's logs are all in the object store before it is said to have ended.
+        self.executor.settle().await;
+        self.check_home()?;
+        let reason = if self.timed_out {
+            Some("the run timed out".to_owned())
+        } else {
+            self.rows
+                .iter()
+                .find(|r| r.state == st::FAILED && !self.is_trial(r))
+                .map(|r| match (&r.reason, self.pipeline.from_sweep) {
+                    (Some(why), true) => why.clone(),
+                    _ => format!("step '{}' failed", r.name),
+                })
+        };
+        let reason = if state == rs::SUCCEEDED { None } else { reason };
+        self.commit(Change {
+            run_end: Some((state.to_owned(), reason)),
+            events: vec![Event {
+                step: None,
+                kind: "ended".into(),
+                detail: Some(state.to_owned()),
+            }],
+            ..Change::default()
+        })
+        .await?;
+        self.store.release_lease(&self.run.id, &self.owner).await?;
+        watcher.note(&format!("run {} {state}", self.run.id));
+        Ok(())
+    }
+
+    /// Stops the run: nothing new starts; running attempts are asked to stop (SIGTERM, the
+    /// grace period, SIGKILL); onExit steps still run.
+    async fn cancel(&mut self, reason: Reason) {
+        if self.cancelling && self.live.is_empty() {
+            return;
+        }
+        self.cancelling = true;
+        self.stop_live(reason).await;
+    }
+}

@@ -1,0 +1,174 @@
+//! Cluster mode: starting steps the scheduler admits onto the Cluster's nodes, and asking
+//! the victims it chose for them to stop.
+
+use std::collections::HashMap;
+
+use super::{Driver, Error, Watcher};
+use crate::executor::{Executor, Handle, Reason};
+use crate::store::{self, Event, Placed};
+use crate::time::now_ms;
+
+/// At most this many steps of one run wait on the cluster at once.
+const MAX_WAITING: usize = 256;
+
+impl<E: Executor> Driver<E> {
+    /// Cluster mode: one scheduling cycle over every run's waiting and running steps; starts
+    /// this run's admitted steps on their nodes, asks the victims chosen for them to stop,
+    /// and gives the others their reasons. Queued rows past a cancellation or failFast end
+    /// as in machine mode.
+    pub(super) async fn start_scheduled(
+        &mut self,
+        scheduling: &mut crate::run::cluster::Scheduling,
+        watcher: &mut dyn Watcher,
+    ) -> Result<(), Error> {
+        let now = now_ms();
+        let ready: Vec<usize> = self
+            .queued
+            .iter()
+            .copied()
+            .filter(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
+            .collect();
+        let mut candidates = Vec::with_capacity(ready.len());
+        for idx in ready {
+            if self.cancel_unstarted(idx, watcher).await? {
+                continue;
+            }
+            let ask = scheduling.ask(&self.run.team, self.step_of(&self.rows[idx])?);
+            candidates.push((idx, ask));
+        }
+        // Only the steps this run could start now (its parallelism's room, at most
+        // MAX_WAITING) wait on the cluster, highest priority first: the others could not start
+        // whatever the cycle said, and leaving them out keeps each cycle's cost bounded.
+        let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
+        let room = limit.saturating_sub(self.live.len()).min(MAX_WAITING);
+        candidates.sort_by_key(|(idx, ask)| (std::cmp::Reverse(ask.priority), *idx));
+        for (idx, _) in candidates.iter().skip(room) {
+            let reason = if room < MAX_WAITING {
+                format!("waiting: the pipeline's parallelism ({limit}) is reached")
+            } else {
+                format!("waiting: behind {MAX_WAITING} earlier steps of this run")
+            };
+            let name = self.rows[*idx].name.clone();
+            self.show_wait(&name, reason, watcher);
+        }
+        candidates.truncate(room);
+        if candidates.is_empty() && !self.registered {
+            return Ok(());
+        }
+        self.registered = !candidates.is_empty();
+        let mut mine = Vec::with_capacity(candidates.len());
+        let mut asks = HashMap::with_capacity(candidates.len());
+        for (idx, ask) in candidates {
+            let json = serde_json::to_string(&ask).unwrap_or_default();
+            mine.push((self.rows[idx].name.clone(), json));
+            asks.insert(self.rows[idx].name.clone(), (ask, mine.len() - 1));
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        let before = pending.change();
+        let (held, waiting) = self.store.claims(&self.run.id, before, &mine, now).await?;
+        let verdict = scheduling
+            .cycle(&self.run.id, &held, &waiting, now)
+            .map_err(Error::Invalid)?;
+        // Victims are told once their preemption is committed (its event), each once.
+        let mut victims = Vec::new();
+        for (dir, run, step, for_step) in &verdict.preempt {
+            let handle = Handle::new(dir.clone());
+            if self.executor.stop_asked(&handle).await {
+                continue;
+            }
+            // As `sluice preempt` asks: the runtime stops it, syncs its checkpoint, and its
+            // engine queues it again to resume from there.
+            let whose = if *run == self.run.id {
+                String::new()
+            } else {
+                format!(" of run {run}")
+            };
+            watcher.note(&format!(
+                "preempting {step}{whose} to make room for {for_step}"
+            ));
+            self.pending.events.push(Event {
+                step: Some(for_step.clone()),
+                kind: "preempting".into(),
+                detail: Some(format!("{run}/{step}")),
+            });
+            victims.push(handle);
+        }
+        if !victims.is_empty() {
+            self.flush().await?;
+        }
+        for handle in victims {
+            if let Err(e) = self.executor.stop(&handle, Reason::Preempt).await {
+                tracing::warn!("cannot preempt {handle}: {e}");
+            }
+        }
+        for (name, reason) in verdict.wait {
+            self.show_wait(&name, reason, watcher);
+        }
+        let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
+        for (name, nodes) in verdict.admit {
+            if self.live.len() >= limit {
+                let reason = format!("waiting: the pipeline's parallelism ({limit}) is reached");
+                self.show_wait(&name, reason, watcher);
+                continue;
+            }
+            let (Some(&idx), Some((ask, _))) = (self.by_name.get(&name), asks.get(&name)) else {
+                continue;
+            };
+            let rate = self
+                .trial_steps
+                .contains_key(&self.rows[idx].step)
+                .then(|| scheduling.trial_interval_ms(&ask.team))
+                .flatten();
+            if rate.is_some()
+                && let Some(until) = self.rate_wake
+                && until > now_ms()
+            {
+                // Known not due yet: no launch is prepared only to be put back.
+                let reason = scheduling.rate_reason(&ask.team);
+                self.show_wait(&name, reason, watcher);
+                continue;
+            }
+            let Some(ready) = self.prepare_start(idx, watcher).await? else {
+                continue;
+            };
+            let mut ready = *ready;
+            ready.attempt.job = Some(serde_json::to_string(ask).unwrap_or_default());
+            ready.attempt.nodes = Some(serde_json::to_string(&nodes).unwrap_or_default());
+            let mut pending = std::mem::take(&mut self.pending);
+            let before = pending.change();
+            let placed = self
+                .store
+                .start_placed(
+                    &self.run.id,
+                    &ready.row,
+                    &ready.attempt,
+                    before,
+                    rate.map(|interval_ms| store::Rate {
+                        team: ask.team.as_str(),
+                        interval_ms,
+                        now: now_ms(),
+                    }),
+                    |held| scheduling.place(held, ask, &nodes),
+                )
+                .await?;
+            let gpus = match placed {
+                Placed::Started(gpus) => gpus,
+                Placed::NoRoom => {
+                    // Another engine took the room first: it waits for the next cycle.
+                    self.executor.discard(&ready.handle).await;
+                    continue;
+                }
+                Placed::RateLimited { until } => {
+                    self.executor.discard(&ready.handle).await;
+                    self.rate_wake = Some(until);
+                    let reason = scheduling.rate_reason(&ask.team);
+                    self.show_wait(&name, reason, watcher);
+                    continue;
+                }
+            };
+            let assigned: Vec<u32> = gpus.split(',').filter_map(|g| g.parse().ok()).collect();
+            self.launch_started(idx, ready, assigned, watcher).await?;
+        }
+        Ok(())
+    }
+}

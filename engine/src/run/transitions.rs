@@ -1,0 +1,283 @@
+//! The decisions of a run, as pure functions: what a step waiting on its needs does next
+//! (wait, start, cancelled), and what an attempt's end means for its step (succeeded, failed,
+//! retried after a backoff, timed out, cancelled, preempted, lost, stopped). They read the
+//! facts the driver gathered and return the change to commit and the action that follows;
+//! the driver commits, then acts. No I/O and no clock: `now_ms` is given.
+
+use std::time::Duration;
+
+use sluice_runtime::contract::End;
+
+use super::state::{attempt as at, step as st};
+use crate::spec::model::{Retry, RetryOn};
+
+/// The run, as the decisions about its steps see it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Run {
+    /// The run is being cancelled (or timed out): main steps end `Cancelled`.
+    pub cancelling: bool,
+    /// The pipeline's `failFast`.
+    pub fail_fast: bool,
+}
+
+/// A step, as the decisions about its attempt see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Step<'a> {
+    /// An `onExit` step: it runs (and retries) even while the run is cancelled.
+    pub on_exit: bool,
+    /// A sweep's trial: its failure never stops the run (failFast).
+    pub trial: bool,
+    /// A trial asked to stop: what it was asked to stop for (its row's reason).
+    pub stopping: Option<&'a str>,
+    pub retry: &'a Retry,
+    /// Retries spent so far (a lost or preempted attempt never spends one).
+    pub retries_used: i64,
+    /// Its per-attempt timeout, for the reason of one that timed out.
+    pub timeout: Option<Duration>,
+    /// A trial's objective metric, when the attempt succeeded without reporting it.
+    pub missing_objective: Option<&'a str>,
+}
+
+/// How an attempt ended, as the executor told.
+#[derive(Clone, Copy, Debug)]
+pub enum Ended<'a> {
+    /// It ended as its runtime recorded (`reason`, exit code and signal explain a failure).
+    Recorded {
+        end: End,
+        reason: Option<&'a str>,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// It is gone without a recorded end, for this reason.
+    Lost(&'a str),
+}
+
+/// What to commit for an attempt's end, and what follows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// The attempt's state.
+    pub attempt: &'static str,
+    /// The step's next state and reason.
+    pub state: &'static str,
+    pub reason: Option<String>,
+    /// When a retried step may start again (unix ms); None: at once.
+    pub not_before: Option<i64>,
+    /// Retries spent, this one included.
+    pub retries_used: i64,
+    /// The step succeeded: its outputs (and its cache entry, if it has a key) are kept.
+    pub keep_outputs: bool,
+    /// The step failed for good and the pipeline fails fast: nothing new starts.
+    pub fail_fast: bool,
+}
+
+/// What a step still waiting to start does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Its needs have not all ended (or the main steps, for an `onExit` step).
+    Wait,
+    /// It ends `Cancelled`, for this reason.
+    Cancel(String),
+    /// It may start (its condition and templates are the driver's to evaluate).
+    Go,
+}
+
+/// How the steps a waiting step needs have ended, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// Not every instance has ended.
+    Open(&'a str),
+    /// Every instance ended and all succeeded (or were skipped or cached).
+    Satisfied(&'a str),
+    /// Every instance ended and some did not succeed: how (`failed`, `was cancelled`,
+    /// `did not succeed`).
+    Unsatisfied(&'a str, &'a str),
+}
+
+/// What a step waiting to start does next: `onExit` steps wait for the main steps and then
+/// start whatever happened; others wait for their needs, are cancelled when a need did not
+/// succeed, and are cancelled when the run is cancelled or failed fast.
+pub fn next(
+    run: &Run,
+    failed_fast: bool,
+    on_exit: bool,
+    main_done: bool,
+    needs: &[Need<'_>],
+) -> Next {
+    if on_exit {
+        return if main_done { Next::Go } else { Next::Wait };
+    }
+    if needs.iter().any(|n| matches!(n, Need::Open(_))) {
+        return Next::Wait;
+    }
+    if let Some(Need::Unsatisfied(step, how)) =
+        needs.iter().find(|n| matches!(n, Need::Unsatisfied(..)))
+    {
+        return Next::Cancel(format!("upstream '{step}' {how}"));
+    }
+    if run.cancelling {
+        return Next::Cancel("the run was cancelled".into());
+    }
+    if failed_fast {
+        return Next::Cancel("not started: a step failed (failFast)".into());
+    }
+    Next::Go
+}
+
+/// A stopped trial's reason: what it was asked to stop for (`STOPPING` taken off).
+fn stopped(reason: &str, prefix: &str) -> String {
+    reason.strip_prefix(prefix).unwrap_or("stopped").to_owned()
+}
+
+/// What attempt `number` of `step` ending as `ended` means for the step. `stopping_prefix`
+/// starts the reasons of trials asked to stop.
+pub fn attempt_ended(
+    run: &Run,
+    step: &Step<'_>,
+    number: i64,
+    ended: Ended<'_>,
+    stopping_prefix: &str,
+    now_ms: i64,
+) -> Outcome {
+    let mut out = Outcome {
+        attempt: at::FAILED,
+        state: st::FAILED,
+        reason: None,
+        not_before: None,
+        retries_used: step.retries_used,
+        keep_outputs: false,
+        fail_fast: false,
+    };
+    let cancelled = run.cancelling && !step.on_exit;
+    let (end, reason, exit_code, signal) = match ended {
+        Ended::Lost(why) => {
+            out.attempt = at::LOST;
+            if cancelled {
+                out.state = st::CANCELLED;
+                out.reason = Some("the run was cancelled".into());
+            } else if let Some(asked) = step.stopping {
+                out.state = st::STOPPED;
+                out.reason = Some(stopped(asked, stopping_prefix));
+            } else {
+                // Lost work resumes at once and never counts against retry.limit.
+                out.state = st::QUEUED;
+                out.reason = Some(format!("attempt {number} lost: {why}"));
+            }
+            return out;
+        }
+        Ended::Recorded {
+            end,
+            reason,
+            exit_code,
+            signal,
+        } => (end, reason, exit_code, signal),
+    };
+    if let Some(asked) = step.stopping {
+        out.attempt = if end == End::Succeeded {
+            at::SUCCEEDED
+        } else {
+            at::CANCELLED
+        };
+        out.state = st::STOPPED;
+        out.reason = Some(stopped(asked, stopping_prefix));
+        return out;
+    }
+    match end {
+        End::Succeeded => match step.missing_objective {
+            Some(metric) => {
+                out.attempt = at::FAILED;
+                fail(
+                    run,
+                    step,
+                    &mut out,
+                    format!(
+                        "the trial exited 0 without reporting its objective '{metric}' (print `{metric}=VALUE` or append to $SLUICE_METRICS_FILE)"
+                    ),
+                );
+            }
+            None => {
+                out.attempt = at::SUCCEEDED;
+                out.state = st::SUCCEEDED;
+                out.keep_outputs = true;
+            }
+        },
+        End::Terminated if run.cancelling => {
+            out.attempt = at::CANCELLED;
+            out.state = st::CANCELLED;
+            out.reason = Some("the run was cancelled".into());
+        }
+        End::Terminated => {
+            // Stopped from outside (a preemption): back to the queue at once.
+            out.attempt = at::PREEMPTED;
+            out.state = st::QUEUED;
+            out.reason = Some(format!("attempt {number} preempted"));
+        }
+        End::Failed | End::Timeout => {
+            let timeout = end == End::Timeout;
+            out.attempt = if timeout { at::TIMEOUT } else { at::FAILED };
+            let why = if timeout {
+                format!(
+                    "timed out after {}",
+                    step.timeout
+                        .map(crate::spec::units::format_duration)
+                        .unwrap_or_default()
+                )
+            } else {
+                reason.map_or_else(
+                    || match (exit_code, signal) {
+                        (_, Some(sig)) => format!("killed by signal {sig}"),
+                        (Some(code), _) => format!("exit code {code}"),
+                        _ => "failed".to_owned(),
+                    },
+                    str::to_owned,
+                )
+            };
+            let on = if timeout {
+                RetryOn::Timeout
+            } else {
+                RetryOn::Failure
+            };
+            let used = step.retries_used;
+            if cancelled {
+                out.state = st::CANCELLED;
+                out.reason = Some("the run was cancelled".into());
+            } else if step.retry.on.contains(&on) && used < i64::from(step.retry.limit) {
+                let backoff = backoff(step.retry, used);
+                out.retries_used = used + 1;
+                out.not_before = Some(
+                    now_ms.saturating_add(i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX)),
+                );
+                out.state = st::QUEUED;
+                out.reason = Some(format!(
+                    "retry in {} ({why})",
+                    crate::spec::units::format_duration(backoff)
+                ));
+            } else {
+                fail(run, step, &mut out, why);
+            }
+        }
+    }
+    out
+}
+
+/// The wait before retry number `used + 1`: `backoff * factor^used`, at most `maxBackoff`.
+pub fn backoff(retry: &Retry, used: i64) -> Duration {
+    let exp = i32::try_from(used).unwrap_or(i32::MAX);
+    let secs = retry.backoff.as_secs_f64() * retry.factor.powi(exp);
+    let secs = secs.min(retry.max_backoff.as_secs_f64());
+    if secs.is_finite() && secs >= 0.0 {
+        Duration::from_secs_f64(secs)
+    } else {
+        retry.max_backoff
+    }
+}
+
+/// The step fails for good; a main step of a failFast pipeline stops the run from starting
+/// more.
+fn fail(run: &Run, step: &Step<'_>, out: &mut Outcome, why: String) {
+    out.state = st::FAILED;
+    out.reason = Some(why);
+    out.fail_fast = run.fail_fast && !step.on_exit && !step.trial;
+}
+
+#[cfg(test)]
+mod tests;
