@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sluice_e2e::s3::S3;
-use sluice_e2e::{Sandbox, step_states, wait_for};
+use sluice_e2e::{Sandbox, step_states, wait, wait_for};
 
 fn pipeline(name: &str, spec: &str) -> String {
     format!("apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: {name}}}\nspec:\n{spec}")
@@ -49,15 +49,13 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// line, columns separated by `|`. (The test reaches into the store only for what no command
 /// shows: cache rows, and ages the test cannot wait for.)
 fn sql(home: &Path, statement: &str) -> String {
-    let out = Command::new("python3")
-        .args([
+    let out = wait::output(Command::new("python3").args([
             "-c",
             "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nrows = c.execute(sys.argv[2]).fetchall()\nc.commit()\nprint('\\n'.join('|'.join(str(v) for v in r) for r in rows))",
         ])
         .arg(home.join("sluice.db"))
-        .arg(statement)
-        .output()
-        .expect("python3 runs");
+        .arg(statement),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -529,7 +527,7 @@ fn delete_removes_a_runs_objects_from_s3() {
         for (k, v) in s3.env() {
             cmd.env(k, v);
         }
-        sluice_e2e::ran(cmd.output().expect("sluice runs"))
+        sluice_e2e::ran(wait::output(&mut cmd))
     };
     let mut ids = Vec::new();
     for _ in 0..2 {
