@@ -278,7 +278,10 @@ fn reaching_the_target_ends_the_sweep_early_and_it_succeeds() {
 }
 
 /// A trial whose metric follows a curve: good trials (q < 0.5) improve fast, bad ones slowly;
-/// each reports `acc` every 0.1 s for 20 steps.
+/// each reports `acc` every 0.1 s for 20 steps. Trials with q > 0.3 (the only ones the test
+/// lets early stopping stop) then linger 15 s before their end (a final evaluation), so that a
+/// stop decided late on a busy machine still comes before their end: the test does not race
+/// the program.
 const CURVE: &str = r#"
 import os, sys, time
 q = float(sys.argv[1])
@@ -286,6 +289,8 @@ for step in range(1, 21):
     time.sleep(0.1)
     acc = (1.0 - q) * (1 - 0.8 ** step)
     print(f"step={step} acc={acc:.5f}", flush=True)
+if q > 0.3:
+    time.sleep(15)
 open(f"finished-{os.environ['SLUICE_TRIAL']}", "w").write("x")
 "#;
 
