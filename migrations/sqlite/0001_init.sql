@@ -1,5 +1,6 @@
--- sluice state, version 1. Written in SQL that PostgreSQL also accepts (no AUTOINCREMENT,
--- no SQLite-only types); the PostgreSQL folder will hold the same numbers with the same meaning.
+-- sluice state, version 1, for SQLite. migrations/postgres holds the same versions with the
+-- same tables and meaning in PostgreSQL's dialect. Applied by sqlx's migrator, which checks
+-- each applied file's checksum: never edit one that has shipped; add a new version instead.
 
 CREATE TABLE runs (
     id              TEXT PRIMARY KEY,

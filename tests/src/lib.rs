@@ -4,6 +4,7 @@
 //! tests do), so `cargo build --workspace` must run before the tests; `.ci/run` and the
 //! README's test command do.
 
+pub mod postgres;
 pub mod s3;
 pub mod wait;
 
@@ -105,13 +106,30 @@ impl Drop for TempDir {
 /// A sandbox with its own `SLUICE_HOME`, for commands that run pipelines.
 pub struct Sandbox {
     pub dir: TempDir,
+    /// The state store's URL when the sandbox keeps state in PostgreSQL (a database of its
+    /// own, with `SLUICE_TEST_STATE=postgres`); None: SQLite in the home.
+    pub state: Option<String>,
 }
 
 impl Sandbox {
     pub fn new(tag: &str) -> Self {
+        let state = postgres::wanted().then(|| {
+            postgres::database(tag).unwrap_or_else(|e| panic!("SLUICE_TEST_STATE=postgres: {e}"))
+        });
         Sandbox {
             dir: TempDir::new(tag),
+            state,
         }
+    }
+
+    /// The environment every `sluice` of this sandbox runs with: its home, and its state
+    /// store when that is not the home's SQLite (for commands a test builds itself).
+    pub fn envs(&self) -> Vec<(&'static str, std::ffi::OsString)> {
+        let mut envs = vec![("SLUICE_HOME", self.home().into_os_string())];
+        if let Some(url) = &self.state {
+            envs.push(("SLUICE_STATE", url.into()));
+        }
+        envs
     }
 
     pub fn path(&self) -> &Path {
@@ -129,9 +147,7 @@ impl Sandbox {
     /// `sluice ARGS` in the sandbox, with its home.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = sluice();
-        cmd.args(args)
-            .current_dir(self.path())
-            .env("SLUICE_HOME", self.home());
+        cmd.args(args).current_dir(self.path()).envs(self.envs());
         cmd
     }
 

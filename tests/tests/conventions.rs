@@ -284,7 +284,7 @@ fn sluice_alone_is_enough_and_a_missing_runtime_is_exit_3_before_anything_runs()
         let mut cmd = std::process::Command::new(alone.join("sluice"));
         cmd.args(["run", "p.yaml"])
             .current_dir(sb.path())
-            .env("SLUICE_HOME", sb.home())
+            .envs(sb.envs())
             .env("PATH", "/usr/bin:/bin")
             .env_remove("SLUICE_RUNTIME")
             .env_remove("RUST_LOG");

@@ -227,7 +227,7 @@ fn a_closed_pipe_on_its_output_is_no_panic() {
                 .args(["-c", &script])
                 .current_dir(sb.path())
                 .env("SLUICE", bin("sluice"))
-                .env("SLUICE_HOME", sb.home())
+                .envs(sb.envs())
                 .env_remove("RUST_LOG"),
         );
         assert!(out.status.success());
@@ -275,6 +275,10 @@ fn sigterm_to_a_detached_engine_leaves_its_steps_to_resume() {
 #[test]
 fn a_home_removed_mid_run_is_exit_3() {
     let sb = Sandbox::new("home-gone");
+    if sb.state.is_some() {
+        // With state in PostgreSQL the home holds no database to lose: nothing to check.
+        return;
+    }
     sb.write("first.yaml", &hog("first", 2.0));
     let first = start(&sb, "first.yaml");
     wait_running(&sb);

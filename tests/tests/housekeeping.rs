@@ -45,17 +45,31 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// One SQL statement on the home's database, through python3's sqlite3: its rows, one per
-/// line, columns separated by `|`. (The test reaches into the store only for what no command
-/// shows: cache rows, and ages the test cannot wait for.)
-fn sql(home: &Path, statement: &str) -> String {
-    let out = wait::output(Command::new("python3").args([
+/// One SQL statement on the sandbox's state store (python3's sqlite3 on the home's database,
+/// or psql on its PostgreSQL database): its rows, one per line, columns separated by `|`.
+/// (The test reaches into the store only for what no command shows: cache rows, and ages
+/// the test cannot wait for.)
+fn sql(sb: &Sandbox, statement: &str) -> String {
+    let out = match &sb.state {
+        Some(url) => wait::output(Command::new("psql").arg(url).args([
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-t",
+            "-A",
             "-c",
-            "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nrows = c.execute(sys.argv[2]).fetchall()\nc.commit()\nprint('\\n'.join('|'.join(str(v) for v in r) for r in rows))",
-        ])
-        .arg(home.join("sluice.db"))
-        .arg(statement),
-    );
+            statement,
+        ])),
+        None => wait::output(
+            Command::new("python3")
+                .args([
+                "-c",
+                "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nrows = c.execute(sys.argv[2]).fetchall()\nc.commit()\nprint('\\n'.join('|'.join(str(v) for v in r) for r in rows))",
+            ])
+                .arg(sb.home().join("sluice.db"))
+                .arg(statement),
+        ),
+    };
     assert!(
         out.status.success(),
         "{}",
@@ -65,12 +79,23 @@ fn sql(home: &Path, statement: &str) -> String {
 }
 
 /// Makes run `id` look as if it had ended `days` days ago.
-fn backdate(home: &Path, id: &str, days: u32) {
+fn backdate(sb: &Sandbox, id: &str, days: u32) {
+    let (created, ended) = if sb.state.is_some() {
+        let at = |minutes: u32| {
+            format!(
+                "to_char((now() AT TIME ZONE 'UTC') - interval '{days} days' - interval '{minutes} minutes', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+            )
+        };
+        (at(1), at(0))
+    } else {
+        (
+            format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{days} days', '-1 minutes')"),
+            format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{days} days')"),
+        )
+    };
     sql(
-        home,
-        &format!(
-            "UPDATE runs SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{days} days', '-1 minutes'), ended_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{days} days') WHERE id = '{id}'"
-        ),
+        sb,
+        &format!("UPDATE runs SET created_at = {created}, ended_at = {ended} WHERE id = '{id}'"),
     );
 }
 
@@ -231,7 +256,7 @@ fn delete_removes_a_run_with_its_files_objects_and_cache_entries() {
     assert_eq!(step_states(&sb.status(&second))["make"], "Cached");
     assert_eq!(
         sql(
-            &home,
+            &sb,
             &format!("SELECT count(*) FROM cache WHERE run_id = '{first}'")
         ),
         "1"
@@ -249,7 +274,7 @@ fn delete_removes_a_run_with_its_files_objects_and_cache_entries() {
     }
     assert_eq!(
         sql(
-            &home,
+            &sb,
             &format!(
                 "SELECT (SELECT count(*) FROM cache WHERE run_id = '{first}') + (SELECT count(*) FROM steps WHERE run_id = '{first}') + (SELECT count(*) FROM attempts WHERE run_id = '{first}') + (SELECT count(*) FROM events WHERE run_id = '{first}')"
             )
@@ -352,7 +377,7 @@ fn a_running_run_is_not_deleted_and_a_delete_cut_off_is_finished_by_the_next() {
     // so, cannot be retried, and the next delete finishes the job.
     let second = run_ok(&sb, "done.yaml");
     sql(
-        &sb.home(),
+        &sb,
         &format!("UPDATE runs SET state = 'Deleting' WHERE id = '{second}'"),
     );
     std::fs::remove_dir_all(sb.home().join("attempts").join(&second)).expect("attempts");
@@ -389,9 +414,9 @@ fn gc_deletes_old_runs_keeps_the_newest_of_each_name_and_removes_orphans() {
     let a2 = run_ok(&sb, "a.yaml");
     let a3 = run_ok(&sb, "a.yaml");
     let b2 = run_ok(&sb, "b.yaml");
-    backdate(&home, &a1, 50);
-    backdate(&home, &b1, 45);
-    backdate(&home, &a2, 40);
+    backdate(&sb, &a1, 50);
+    backdate(&sb, &b1, 45);
+    backdate(&sb, &a2, 40);
     // Files of a run the store no longer has.
     let orphan = "0rphan000000";
     let orphans = [

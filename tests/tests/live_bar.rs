@@ -29,7 +29,7 @@ fn on_terminal(sb: &Sandbox, size: (usize, usize), args: &[&str]) -> String {
         Command::new("script")
             .args(["-qec", &line, "/dev/null"])
             .current_dir(sb.path())
-            .env("SLUICE_HOME", sb.home())
+            .envs(sb.envs())
             .env_remove("RUST_LOG"),
     );
     String::from_utf8_lossy(&out.stdout).into_owned()

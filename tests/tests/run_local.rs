@@ -428,6 +428,11 @@ fn a_bad_environment_is_a_clear_error_and_exit_3() {
     ));
     assert_eq!(out.code, Some(3), "{}", out.stderr);
     assert!(out.stderr.contains("cannot be created"), "{}", out.stderr);
+    if sb.state.is_some() {
+        // The rest is about SQLite's file in the home (the conformance suite covers an
+        // unreachable PostgreSQL).
+        return;
+    }
     // A corrupt database.
     std::fs::create_dir_all(sb.home()).expect("home");
     std::fs::write(sb.home().join("sluice.db"), vec![0x42u8; 8192]).expect("write");
@@ -666,7 +671,11 @@ fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(sb.path().join(".sluice/sluice.db").exists());
+    assert!(sb.path().join(".sluice").is_dir());
+    assert_eq!(
+        sb.path().join(".sluice/sluice.db").exists(),
+        sb.state.is_none()
+    );
     assert_eq!(
         std::fs::read_to_string(sb.path().join("pipelines/got")).expect("use ran"),
         "7\n"
@@ -682,7 +691,8 @@ fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(sb.path().join("h/sluice.db").exists());
+    assert!(sb.path().join("h").is_dir());
+    assert_eq!(sb.path().join("h/sluice.db").exists(), sb.state.is_none());
     // And a relative object store URL, as the Cluster example writes one.
     let out = wait::output(&mut sb.cmd(&["run", "pipelines/p.yaml", "--objects", "file://store"]));
     assert_eq!(

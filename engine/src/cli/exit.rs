@@ -60,7 +60,7 @@ impl Error {
         use crate::store::Error as S;
         match self {
             Error::Usage(_)
-            | Error::Store(S::NotFound(_))
+            | Error::Store(S::NotFound(_) | S::BadUrl(_))
             | Error::Driver(D::Store(S::NotFound(_))) => Outcome::Invalid,
             Error::Driver(D::Invalid(_)) => Outcome::Invalid,
             Error::Io { .. } | Error::Store(_) | Error::Driver(_) => Outcome::Unavailable,

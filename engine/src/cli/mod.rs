@@ -36,6 +36,13 @@ pub struct Cli {
     #[arg(long, global = true, env = "SLUICE_HOME", value_name = "DIR")]
     pub home: Option<PathBuf>,
 
+    /// The state store: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE.
+    /// Default: the store the home remembers (a Cluster's `state:` used by a run), else
+    /// sluice.db in the home. Give it before the command (`sluice --state URL runs`): after
+    /// `runs`, --state filters the list by run state.
+    #[arg(long = "state", env = "SLUICE_STATE", value_name = "URL")]
+    pub state: Option<String>,
+
     /// More log detail (repeat for more); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -148,6 +155,12 @@ pub fn main() -> ExitCode {
         return sluice_runtime::cli::main(args);
     }
     init_logs(cli.verbose, cli.log_format);
+    if let Some(url) = &cli.state
+        && let Err(e) = crate::store::choose(url)
+    {
+        output::say(format_args!("sluice: error: {e}"));
+        return Error::Store(e).outcome().into();
+    }
     let result = match &cli.command {
         Command::Lint(args) => lint::run(args, cli.output),
         Command::Simulate(args) => simulate::run(args, cli.output),

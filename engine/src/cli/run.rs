@@ -200,6 +200,29 @@ pub async fn start(
                     ));
                 }
             }
+            // Settings this engine cannot honour are refused, not ignored.
+            if let Some((executor, pos)) = cluster_setting(&cloaded, "executor")
+                && executor != "local"
+            {
+                let d = Diagnostic::error(
+                    &cshown,
+                    pos,
+                    format!("executor: {executor} is not available yet: this sluice runs steps as local processes"),
+                )
+                .with_help("remove `executor:` or write `executor: local`; the Kubernetes executor comes with the Kubernetes work");
+                return Ok(usage_with(vec![d]));
+            }
+            // The Cluster's `state:` unless --state chose one; the home remembers it below.
+            if crate::store::chosen().is_none()
+                && let Some((url, pos)) = cluster_setting(&cloaded, "state")
+                && let Err(e) = crate::store::choose(&url)
+            {
+                return Ok(usage_with(vec![Diagnostic::error(
+                    &cshown,
+                    pos,
+                    e.to_string(),
+                )]));
+            }
             Some((cshown, ctext, spec, cloaded))
         }
     };
@@ -207,8 +230,14 @@ pub async fn start(
     // step after the run has started.
     runtime_found()?;
     let store = Store::open(home).await?;
+    if let Some(location) = crate::store::chosen()
+        && cluster.is_some()
+    {
+        // Later commands on this home (`sluice status`, `resume`) find the run's store.
+        location.remember(home)?;
+    }
     let from_cluster = match (&args.objects, &cluster) {
-        (None, Some((_, _, _, cloaded))) => cluster_objects(cloaded),
+        (None, Some((_, _, _, cloaded))) => cluster_setting(cloaded, "objects").map(|(url, _)| url),
         _ => None,
     };
     let objects = match args.objects.as_ref().or(from_cluster.as_ref()) {
@@ -390,14 +419,16 @@ fn max_queued_pos(loaded: &spec::Loaded, team: &str) -> Option<spec::Pos> {
         .or(Some(entry.pos))
 }
 
-/// The `spec.objects` URL of a loaded Cluster file, if it sets one.
-fn cluster_objects(loaded: &spec::Loaded) -> Option<String> {
-    spec::capacity::cluster_document(loaded)?
-        .spec
-        .as_ref()?
-        .get("objects")?
-        .as_scalar()
-        .map(|o| o.text.clone())
+/// A scalar setting of a loaded Cluster's `spec` (`objects`, `state`, `executor`) and where
+/// it is written, if it sets one.
+fn cluster_setting(loaded: &spec::Loaded, name: &str) -> Option<(String, Option<spec::Pos>)> {
+    let spec = spec::capacity::cluster_document(loaded)?.spec.as_ref()?;
+    let value = spec.get(name)?;
+    let pos = spec
+        .as_map()
+        .and_then(|m| m.iter().find(|e| e.key == name))
+        .map(|e| e.key_pos);
+    value.as_scalar().map(|v| (v.text.clone(), pos))
 }
 
 /// Starts `sluice resume RUN` in the background, in its own process group; returns its PID.
@@ -420,7 +451,13 @@ fn start_detached(home: &Path, id: &str) -> Result<u32, Error> {
         source: e,
     })?;
     use std::os::unix::process::CommandExt;
-    let child = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    if let Some(location) = crate::store::chosen() {
+        // The background engine uses the same store (the URL may hold a password: it goes
+        // through the environment, not the command line other users can see).
+        command.env("SLUICE_STATE", location.url());
+    }
+    let child = command
         .arg("--home")
         .arg(home)
         .arg("resume")

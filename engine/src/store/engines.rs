@@ -1,10 +1,9 @@
 //! Runs whose engine is gone: their attempts still marked running, and recording how those
 //! ended, by any `sluice` on the home (see `run::reap`).
 
-use sqlx::Row;
-
+use super::read::Reader;
 use super::rows::{AttemptRow, Event, Holder, attempt_row, end_running_attempt, insert_events};
-use super::{Error, Store};
+use super::{Error, Lock, Store};
 
 /// A `Running` attempt of a `Running` run, with what tells whether the run's engine lives.
 #[derive(Clone, Debug)]
@@ -23,15 +22,19 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Orphan {
-                run_id: r.get("run_id"),
-                holder: Holder::of(r.get("r_owner"), r.get("r_until"), r.get("r_started")),
-                cancel_requested: r.get::<i64, _>("r_cancel") != 0,
-                attempt: attempt_row(r),
+        rows.iter()
+            .map(|row| {
+                let attempt = attempt_row(row)?;
+                let run_id: String = Reader::new(row, "a running attempt").get("run_id")?;
+                let r = Reader::new(row, format!("run {run_id}"));
+                Ok(Orphan {
+                    holder: Holder::of(r.get("r_owner")?, r.get("r_until")?, r.get("r_started")?),
+                    cancel_requested: r.flag("r_cancel")?,
+                    run_id,
+                    attempt,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// The runs with steps in cluster mode's waiting list, with their leases.
@@ -41,16 +44,18 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get(0), Holder::of(r.get(1), r.get(2), r.get(3))))
-            .collect())
+        rows.iter()
+            .map(|row| {
+                let r = Reader::new(row, "a run waiting on the cluster");
+                Ok((r.at(0)?, Holder::of(r.at(1)?, r.at(2)?, r.at(3)?)))
+            })
+            .collect()
     }
 
     /// Drops the waiting steps of `runs` (their engines are gone).
     pub async fn forget_waiting(&self, runs: &[String]) -> Result<(), Error> {
         for run in runs {
-            sqlx::query("DELETE FROM waiting WHERE run_id = ?")
+            sqlx::query("DELETE FROM waiting WHERE run_id = $1")
                 .bind(run)
                 .execute(&self.pool)
                 .await?;
@@ -66,7 +71,7 @@ impl Store {
         if ended.is_empty() {
             return Ok(0);
         }
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.write(Lock::Room).await?;
         let mut changed = 0;
         for (run, a) in ended {
             let n = end_running_attempt(&mut tx, run, a).await?;
@@ -83,7 +88,7 @@ impl Store {
                 )
                 .await?;
             }
-            sqlx::query("DELETE FROM waiting WHERE run_id = ?")
+            sqlx::query("DELETE FROM waiting WHERE run_id = $1")
                 .bind(run)
                 .execute(&mut *tx)
                 .await?;

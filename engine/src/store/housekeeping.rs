@@ -12,20 +12,19 @@
 
 use std::collections::BTreeSet;
 
-use sqlx::Row;
-
+use super::read::{Reader, column};
 use super::rows::run_row;
-use super::{Error, RunRow, Store};
+use super::{Error, Lock, RunRow, Store};
 use crate::run::state::run as rs;
 
 /// A run's rows, the run's own last.
 const FORGET_RUN: &[&str] = &[
-    "DELETE FROM events WHERE run_id = ?",
-    "DELETE FROM attempts WHERE run_id = ?",
-    "DELETE FROM steps WHERE run_id = ?",
-    "DELETE FROM waiting WHERE run_id = ?",
-    "DELETE FROM cache WHERE run_id = ?",
-    "DELETE FROM runs WHERE id = ?",
+    "DELETE FROM events WHERE run_id = $1",
+    "DELETE FROM attempts WHERE run_id = $1",
+    "DELETE FROM steps WHERE run_id = $1",
+    "DELETE FROM waiting WHERE run_id = $1",
+    "DELETE FROM cache WHERE run_id = $1",
+    "DELETE FROM runs WHERE id = $1",
 ];
 
 /// Rows of runs that are gone.
@@ -50,23 +49,24 @@ impl Store {
     /// Step 1 of removing a run: an ended (or already `Deleting`) run becomes `Deleting` and
     /// loses its cache entries, in one transaction; a running run is left alone.
     pub async fn mark_deleting(&self, id: &str) -> Result<Marked, Error> {
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+        let mut tx = self.write(Lock::Run(id)).await?;
+        let row = match sqlx::query("SELECT * FROM runs WHERE id = $1")
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?
-            .as_ref()
-            .map(run_row)
-            .ok_or_else(|| Error::NotFound(format!("no run '{id}'")))?;
+        {
+            Some(row) => run_row(&row)?,
+            None => return Err(Error::NotFound(format!("no run '{id}'"))),
+        };
         if row.state == rs::RUNNING {
             return Ok(Marked::Running);
         }
-        sqlx::query("UPDATE runs SET state = ? WHERE id = ?")
+        sqlx::query("UPDATE runs SET state = $1 WHERE id = $2")
             .bind(rs::DELETING)
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("DELETE FROM cache WHERE run_id = ?")
+        sqlx::query("DELETE FROM cache WHERE run_id = $1")
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -76,12 +76,15 @@ impl Store {
 
     /// Step 3 of removing a run: every row of a `Deleting` run, in one transaction.
     pub async fn forget_run(&self, id: &str) -> Result<(), Error> {
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let state: Option<String> = sqlx::query("SELECT state FROM runs WHERE id = ?")
+        let mut tx = self.write(Lock::Run(id)).await?;
+        let state: Option<String> = match sqlx::query("SELECT state FROM runs WHERE id = $1")
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?
-            .map(|r| r.get(0));
+        {
+            Some(row) => Some(Reader::new(&row, format!("run {id}")).at(0)?),
+            None => None,
+        };
         if state.as_deref().is_some_and(|s| s != rs::DELETING) {
             return Err(Error::NotFound(format!(
                 "run {id} is not being deleted; nothing was removed"
@@ -97,26 +100,24 @@ impl Store {
     /// Every run that is not running (ended, or `Deleting`), newest first.
     pub async fn ended_runs(&self) -> Result<Vec<RunRow>, Error> {
         let rows =
-            sqlx::query("SELECT * FROM runs WHERE state <> ? ORDER BY created_at DESC, id DESC")
+            sqlx::query("SELECT * FROM runs WHERE state <> $1 ORDER BY created_at DESC, id DESC")
                 .bind(rs::RUNNING)
                 .fetch_all(self.pool())
                 .await?;
-        Ok(rows.iter().map(run_row).collect())
+        rows.iter().map(run_row).collect()
     }
 
     /// The id of every run in the store.
     pub async fn run_ids(&self) -> Result<BTreeSet<String>, Error> {
-        Ok(sqlx::query("SELECT id FROM runs")
+        let rows = sqlx::query("SELECT id FROM runs")
             .fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect())
+            .await?;
+        Ok(column::<String>(&rows, "a run id")?.into_iter().collect())
     }
 
     /// Drops rows whose run is gone (a write that raced a delete): returns how many.
     pub async fn forget_orphan_rows(&self) -> Result<u64, Error> {
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.write(Lock::Room).await?;
         let mut dropped = 0;
         for sql in FORGET_ORPHANS {
             dropped += sqlx::query(*sql).execute(&mut *tx).await?.rows_affected();

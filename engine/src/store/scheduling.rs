@@ -7,10 +7,9 @@
 //! whether the chosen nodes still have room. So two engines starting steps at once cannot both
 //! take the same GPUs: the second one's transaction sees the first one's attempt.
 
-use sqlx::Row;
-
-use super::rows::{Change, StepRow, Tx, apply, started};
-use super::{AttemptRow, Error, Store};
+use super::read::Reader;
+use super::rows::{Change, StepRow, apply, placeholders, started};
+use super::{AttemptRow, Error, Lock, Store, Tx};
 
 /// A waiting or running step of some run, as cluster mode keeps it.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,24 +26,34 @@ pub struct Claim {
     pub dir: Option<String>,
 }
 
-async fn running(tx: &mut Tx<'_>) -> Result<Vec<Claim>, Error> {
+async fn running(tx: &mut Tx) -> Result<Vec<Claim>, Error> {
     let rows = sqlx::query(
         "SELECT run_id, step, job, nodes, gpus, dir, started_at FROM attempts WHERE state = 'Running' AND job IS NOT NULL",
     )
     .fetch_all(&mut **tx)
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Claim {
-            run_id: r.get(0),
-            step: r.get(1),
-            job: r.get(2),
-            nodes: r.get(3),
-            gpus: r.get(4),
-            dir: r.get(5),
-            since: crate::time::parse_rfc3339(&r.get::<String, _>(6)).unwrap_or(0),
+    rows.iter()
+        .map(|row| {
+            let r = Reader::new(row, "a running attempt on the cluster");
+            let run_id: String = r.at(0)?;
+            let step: String = r.at(1)?;
+            let started: String = r.at(6)?;
+            let since = crate::time::parse_rfc3339(&started).ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "step {step} of run {run_id} started at '{started}', not an RFC 3339 time"
+                ))
+            })?;
+            Ok(Claim {
+                job: r.at(2)?,
+                nodes: r.at(3)?,
+                gpus: r.at(4)?,
+                dir: r.at(5)?,
+                since,
+                run_id,
+                step,
+            })
         })
-        .collect())
+        .collect()
 }
 
 impl Store {
@@ -59,55 +68,65 @@ impl Store {
         mine: &[(String, String)],
         now: i64,
     ) -> Result<(Vec<Claim>, Vec<Claim>), Error> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.write(Lock::Room).await?;
         apply(&mut tx, run, &before).await?;
-        let known: std::collections::HashMap<String, i64> =
-            sqlx::query("SELECT step, submitted FROM waiting WHERE run_id = ?")
-                .bind(run)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-        sqlx::query("DELETE FROM waiting WHERE run_id = ?")
+        let mut known = std::collections::HashMap::<String, i64>::new();
+        for row in sqlx::query("SELECT step, submitted FROM waiting WHERE run_id = $1")
+            .bind(run)
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            let r = Reader::new(&row, format!("a waiting step of run {run}"));
+            known.insert(r.at(0)?, r.at(1)?);
+        }
+        sqlx::query("DELETE FROM waiting WHERE run_id = $1")
             .bind(run)
             .execute(&mut *tx)
             .await?;
         for chunk in mine.chunks(300) {
-            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO waiting (run_id, step, job, submitted) ",
+            let sql = format!(
+                "INSERT INTO waiting (run_id, step, job, submitted) VALUES {}",
+                placeholders(chunk.len(), 4)
             );
-            q.push_values(chunk, |mut row, (step, job)| {
-                row.push_bind(run)
-                    .push_bind(step)
-                    .push_bind(job)
-                    .push_bind(known.get(step).copied().unwrap_or(now));
-            });
-            q.build().execute(&mut *tx).await?;
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (step, job) in chunk {
+                q = q
+                    .bind(run)
+                    .bind(step.clone())
+                    .bind(job.clone())
+                    .bind(known.get(step).copied().unwrap_or(now));
+            }
+            q.execute(&mut *tx).await?;
         }
         let held = running(&mut tx).await?;
-        let waiting = sqlx::query(
+        let sql = format!(
             "SELECT w.run_id, w.step, w.job, w.submitted FROM waiting w \
              JOIN runs r ON r.id = w.run_id \
              JOIN steps s ON s.run_id = w.run_id AND s.name = w.step \
-             WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = ? OR r.lease_until > ?) \
-             ORDER BY w.submitted, w.rowid",
-        )
-        .bind(run)
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|r| Claim {
-            run_id: r.get(0),
-            step: r.get(1),
-            job: r.get(2),
-            since: r.get(3),
-            nodes: None,
-            gpus: None,
-            dir: None,
-        })
-        .collect();
+             WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = $1 OR r.lease_until > $2) \
+             ORDER BY w.submitted, w.{}",
+            self.dialect().insertion_order()
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(run)
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await?;
+        let waiting = rows
+            .iter()
+            .map(|row| {
+                let r = Reader::new(row, "a waiting step on the cluster");
+                Ok(Claim {
+                    run_id: r.at(0)?,
+                    step: r.at(1)?,
+                    job: r.at(2)?,
+                    since: r.at(3)?,
+                    nodes: None,
+                    gpus: None,
+                    dir: None,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
         tx.commit().await?;
         Ok((held, waiting))
     }
@@ -128,7 +147,7 @@ impl Store {
         rate: Option<Rate<'_>>,
         place: impl FnOnce(&[Claim]) -> Option<String>,
     ) -> Result<Placed, Error> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.write(Lock::Room).await?;
         apply(&mut tx, run, &before).await?;
         let held = running(&mut tx).await?;
         let Some(gpus) = place(&held) else {
@@ -141,11 +160,17 @@ impl Store {
             now,
         }) = rate
         {
-            let next: Option<i64> = sqlx::query("SELECT next_at FROM trial_starts WHERE team = ?")
-                .bind(team)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.get(0));
+            let next: Option<i64> =
+                match sqlx::query("SELECT next_at FROM trial_starts WHERE team = $1")
+                    .bind(team)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                {
+                    Some(row) => {
+                        Some(Reader::new(&row, format!("team {team}'s trial rate")).at(0)?)
+                    }
+                    None => None,
+                };
             if let Some(next) = next
                 && next > now
             {
@@ -154,14 +179,14 @@ impl Store {
             }
             // Burst 1 (a bucket of one token): the next start is one interval after this one.
             let after = next.map_or(now, |n| n.max(now)) + interval;
-            sqlx::query("INSERT INTO trial_starts (team, next_at) VALUES (?, ?) ON CONFLICT (team) DO UPDATE SET next_at = excluded.next_at")
+            sqlx::query("INSERT INTO trial_starts (team, next_at) VALUES ($1, $2) ON CONFLICT (team) DO UPDATE SET next_at = excluded.next_at")
                 .bind(team)
                 .bind(after)
                 .execute(&mut *tx)
                 .await?;
         }
         let gpu_list = (!gpus.is_empty()).then_some(gpus.as_str());
-        sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, job, nodes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, job, nodes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
             .bind(run)
             .bind(&attempt.step)
             .bind(attempt.number)
@@ -175,7 +200,7 @@ impl Store {
             .bind(&attempt.nodes)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("DELETE FROM waiting WHERE run_id = ? AND step = ?")
+        sqlx::query("DELETE FROM waiting WHERE run_id = $1 AND step = $2")
             .bind(run)
             .bind(&attempt.step)
             .execute(&mut *tx)

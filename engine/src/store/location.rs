@@ -1,0 +1,480 @@
+//! Where the state store is: SQLite in the home (the default), a SQLite file elsewhere, or a
+//! PostgreSQL database; and opening it, migrations included.
+//!
+//! The choice is made once per process: `--state URL` (or `$SLUICE_STATE`) wins; else the
+//! store the home remembers (`state.url`, written when a run used a Cluster's `state:`, so
+//! that `sluice status` on that home finds the run without repeating the URL); else
+//! `sluice.db` in the home.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::{Migrate, MigrateError, Migrator};
+use sqlx::{AnyConnection, Connection, Executor};
+
+use super::{BUSY_TIMEOUT, Dialect, Error, Store};
+
+static SQLITE: Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// The file in a home that remembers a store elsewhere (a URL, possibly with a password:
+/// written readable by its owner only).
+pub const REMEMBERED: &str = "state.url";
+
+/// How long opening a PostgreSQL store waits for the server before saying it is unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file (absolute).
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL, as given.
+    Postgres(String),
+}
+
+static CHOSEN: OnceLock<Location> = OnceLock::new();
+
+/// Chooses the store for this process (`--state URL`; relative SQLite paths from the current
+/// folder). The first choice stands.
+pub fn choose(url: &str) -> Result<(), Error> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let location = Location::parse(url, &cwd)?;
+    let _ = CHOSEN.set(location);
+    Ok(())
+}
+
+/// What `--state` chose, if it was given.
+pub fn chosen() -> Option<&'static Location> {
+    CHOSEN.get()
+}
+
+/// The store of `home`: the chosen one, else the remembered one, else SQLite in the home.
+pub(super) fn of_home(home: &Path) -> Result<Location, Error> {
+    if let Some(chosen) = chosen() {
+        return Ok(chosen.clone());
+    }
+    if let Some(remembered) = Location::remembered(home)? {
+        return Ok(remembered);
+    }
+    Ok(Location::Sqlite(home.join("sluice.db")))
+}
+
+impl Location {
+    /// Reads a `--state` URL or a Cluster's `state:`: `sqlite://PATH` (relative to `base`),
+    /// `postgres://...` or `postgresql://...`.
+    pub fn parse(url: &str, base: &Path) -> Result<Location, Error> {
+        let url = url.trim();
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            let path = path.split('?').next().unwrap_or(path);
+            if path.is_empty() {
+                return Err(Error::BadUrl(format!(
+                    "state store '{url}' names no file; write sqlite://PATH, e.g. sqlite://.sluice/sluice.db"
+                )));
+            }
+            return Ok(Location::Sqlite(base.join(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Location::Postgres(url.to_owned()));
+        }
+        Err(Error::BadUrl(format!(
+            "state store '{}' is not a URL sluice knows; expected sqlite://PATH or postgres://USER@HOST:PORT/DATABASE",
+            hide_password(url)
+        )))
+    }
+
+    /// The location as a URL `--state` reads (for an engine started in the background).
+    pub fn url(&self) -> String {
+        match self {
+            Location::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Location::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// The location as messages show it: a path, or the URL with its password hidden.
+    pub fn shown(&self) -> String {
+        match self {
+            Location::Sqlite(path) => path.display().to_string(),
+            Location::Postgres(url) => hide_password(url),
+        }
+    }
+
+    /// The store `home` remembers (`state.url`), if any.
+    pub fn remembered(home: &Path) -> Result<Option<Location>, Error> {
+        let file = home.join(REMEMBERED);
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let base = home.parent().unwrap_or(home);
+                Location::parse(&text, base).map(Some)
+            }
+            // A home that does not exist (or cannot, a file standing where it must be) holds
+            // nothing to remember; opening it says what is wrong.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(Error::Unavailable(format!(
+                "cannot read {}: {e}",
+                file.display()
+            ))),
+        }
+    }
+
+    /// Makes `home` remember this store, so that later commands on the home use it. SQLite in
+    /// the home itself is the default and is not written down.
+    pub fn remember(&self, home: &Path) -> Result<(), Error> {
+        let file = home.join(REMEMBERED);
+        if *self == Location::Sqlite(home.join("sluice.db")) {
+            return Ok(());
+        }
+        let text = format!("{}\n", self.url());
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::create_dir_all(home)?;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&file)?;
+            f.write_all(text.as_bytes())
+        };
+        write().map_err(|e| Error::Unavailable(format!("cannot write {}: {e}", file.display())))
+    }
+
+    /// Whether there is a store to read (a SQLite file is never created by a reader; a
+    /// PostgreSQL database is asked).
+    pub(super) fn exists(&self, _home: &Path) -> bool {
+        match self {
+            Location::Sqlite(file) => file.is_file(),
+            Location::Postgres(_) => true,
+        }
+    }
+
+    /// Opens the store, creating a SQLite file if needed, and migrates it.
+    pub(super) async fn open(&self, home: &Path) -> Result<Store, Error> {
+        sqlx::any::install_default_drivers();
+        match self {
+            Location::Sqlite(file) => open_sqlite(file, home).await,
+            Location::Postgres(url) => open_postgres(url, self.shown(), home).await,
+        }
+    }
+}
+
+/// `postgres://user:secret@host/db?password=secret` as `postgres://user:***@host/db?password=***`.
+fn hide_password(url: &str) -> String {
+    let mut shown = url.to_owned();
+    if let Some(scheme_end) = shown.find("://") {
+        let rest = &shown[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@')
+            && let Some(colon) = rest[..at].find(':')
+        {
+            let start = scheme_end + 3 + colon + 1;
+            let end = scheme_end + 3 + at;
+            shown.replace_range(start..end, "***");
+        }
+    }
+    if let Some(query) = shown.find('?') {
+        let (head, tail) = shown.split_at(query + 1);
+        let hidden: Vec<String> = tail
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        shown = format!("{head}{}", hidden.join("&"));
+    }
+    shown
+}
+
+fn unavailable(dir: &Path, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Unavailable(format!("the state store in {} {what}: {e}", dir.display()))
+}
+
+/// A SQLite URL for `file` (`mode`: `rw` or `rwc`), its path percent-encoded.
+fn sqlite_url(file: &Path, mode: &str) -> String {
+    let mut encoded = String::new();
+    for c in file.display().to_string().chars() {
+        match c {
+            '%' | '?' | '#' | ' ' => encoded.push_str(&format!("%{:02X}", c as u32)),
+            c => encoded.push(c),
+        }
+    }
+    format!("sqlite://{encoded}?mode={mode}")
+}
+
+async fn open_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
+    let dir = file.parent().unwrap_or(home);
+    std::fs::create_dir_all(dir).map_err(|e| unavailable(dir, "cannot be created", e))?;
+    let probe = dir.join(".write-test");
+    std::fs::write(&probe, b"").map_err(|e| unavailable(dir, "is not writable", e))?;
+    let _ = std::fs::remove_file(&probe);
+    // Two `sluice` starting at once on a new home race to create the database and switch it
+    // to WAL; SQLite answers the loser "locked" at once rather than through the busy timeout,
+    // so opening is retried within that same timeout.
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match connect_sqlite(file, home).await {
+            Ok(store) => return Ok(store),
+            Err(Error::Sql(e)) if is_busy(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(Error::Sql(e)) => return Err(describe(file, e)),
+            Err(other) => return Err(other),
+        }
+    }
+}
+
+async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
+    // The file is created by one connection of its own; the pool's connections never create
+    // one: a home deleted under a running engine must not come back as an empty database
+    // that the engine goes on writing into.
+    // That first connection also says what is wrong with a file that is there (corrupt,
+    // locked): a pool only says it timed out.
+    let mode = if file.is_file() { "rw" } else { "rwc" };
+    let mut first = AnyConnection::connect(&sqlite_url(file, mode)).await?;
+    first.execute("PRAGMA journal_mode = WAL").await?;
+    first.close().await?;
+    let pool = AnyPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(BUSY_TIMEOUT)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute(
+                    "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON",
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .connect(&sqlite_url(file, "rw"))
+        .await?;
+    let store = Store {
+        pool,
+        dialect: Dialect::Sqlite,
+        home: home.to_owned(),
+        shown: file.display().to_string(),
+    };
+    migrate_sqlite(&store, file).await?;
+    Ok(store)
+}
+
+/// Migrates a SQLite store. sqlx takes no lock on SQLite, so two `sluice` opening a new home
+/// at once would both apply the first migration: an `flock` on a file beside the database
+/// makes them take turns.
+async fn migrate_sqlite(store: &Store, file: &Path) -> Result<(), Error> {
+    let lock_path = file.with_extension("db.migrate-lock");
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::Unavailable(format!("cannot open {}: {e}", lock_path.display())))?;
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    let mut file_to_lock = lock_file;
+    let _held = loop {
+        match nix::fcntl::Flock::lock(file_to_lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(held) => break held,
+            Err((back, errno)) => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Unavailable(format!(
+                        "the state store {} stayed busy for more than {}s (another sluice is migrating it: {errno})",
+                        file.display(),
+                        BUSY_TIMEOUT.as_secs()
+                    )));
+                }
+                file_to_lock = back;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    adopt_old_migrations(store).await?;
+    run_migrator(store, &SQLITE).await
+}
+
+async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, Error> {
+    let unreachable = |e: &dyn std::fmt::Display| {
+        Error::Unavailable(format!("the state store {shown} cannot be reached: {e}"))
+    };
+    // One connection first, for the real error: a pool says only that it timed out.
+    match tokio::time::timeout(CONNECT_TIMEOUT, AnyConnection::connect(url)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(e)) => return Err(unreachable(&e)),
+        Err(_) => {
+            return Err(unreachable(&format!(
+                "no answer within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            )));
+        }
+    }
+    let pool = AnyPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(BUSY_TIMEOUT)
+        .connect(url)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let store = Store {
+        pool,
+        dialect: Dialect::Postgres,
+        home: home.to_owned(),
+        shown,
+    };
+    // sqlx's migrator takes a PostgreSQL advisory lock itself: servers starting at once take
+    // turns.
+    run_migrator(&store, &POSTGRES).await?;
+    Ok(store)
+}
+
+async fn run_migrator(store: &Store, migrator: &Migrator) -> Result<(), Error> {
+    match migrator.run(&store.pool).await {
+        Ok(()) => Ok(()),
+        Err(MigrateError::VersionMissing(version)) => {
+            let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+            Err(Error::Unavailable(format!(
+                "the state store {} was written by a newer sluice (schema {version}, this one knows {known})",
+                store.shown
+            )))
+        }
+        Err(MigrateError::Execute(e)) => Err(Error::Sql(e)),
+        Err(e) => Err(Error::Unavailable(format!(
+            "the state store {} cannot be migrated: {e}",
+            store.shown
+        ))),
+    }
+}
+
+/// Homes made before sqlx's migrator kept their applied versions in `schema_migrations`:
+/// those versions are recorded where the migrator looks, so it applies only what is new.
+async fn adopt_old_migrations(store: &Store) -> Result<(), Error> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('schema_migrations', '_sqlx_migrations')",
+    )
+    .fetch_all(&store.pool)
+    .await?;
+    if !tables.iter().any(|t| t == "schema_migrations")
+        || tables.iter().any(|t| t == "_sqlx_migrations")
+    {
+        return Ok(());
+    }
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
+        .fetch_all(&store.pool)
+        .await?;
+    let mut conn = store.pool.acquire().await?;
+    conn.ensure_migrations_table("_sqlx_migrations")
+        .await
+        .map_err(|e| {
+            Error::Unavailable(format!(
+                "the state store {} cannot be migrated: {e}",
+                store.shown
+            ))
+        })?;
+    for m in SQLITE.iter().filter(|m| applied.contains(&m.version)) {
+        sqlx::query("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES ($1, $2, TRUE, $3, 0)")
+            .bind(m.version)
+            .bind(m.description.to_string())
+            .bind(m.checksum.to_vec())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// SQLite's "database is locked" (SQLITE_BUSY and its extended codes).
+fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c == "5" || c.parse::<i64>().is_ok_and(|n| n & 0xff == 5)),
+        _ => false,
+    }
+}
+
+/// Turns a SQLite connection failure into words a user can act on.
+fn describe(file: &Path, e: sqlx::Error) -> Error {
+    let text = e.to_string();
+    let dir = file.parent().unwrap_or(file);
+    if text.contains("file is not a database") || text.contains("malformed") {
+        Error::Unavailable(format!(
+            "the state store {} is corrupt ({text}); move it aside to start afresh",
+            file.display()
+        ))
+    } else if text.contains("locked")
+        || text.contains("busy")
+        || matches!(e, sqlx::Error::PoolTimedOut)
+    {
+        Error::Unavailable(format!(
+            "the state store in {} stayed busy for more than {}s ({text})",
+            dir.display(),
+            BUSY_TIMEOUT.as_secs()
+        ))
+    } else {
+        unavailable(dir, "cannot be opened", text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_wherever_a_url_holds_one() {
+        assert_eq!(
+            hide_password("postgres://sluice:s3cret@db:5432/sluice"),
+            "postgres://sluice:***@db:5432/sluice"
+        );
+        assert_eq!(
+            hide_password("postgresql://db/sluice?user=a&password=s3cret&sslmode=require"),
+            "postgresql://db/sluice?user=a&password=***&sslmode=require"
+        );
+        assert_eq!(
+            hide_password("postgres://sluice@db/sluice"),
+            "postgres://sluice@db/sluice"
+        );
+    }
+
+    #[test]
+    fn urls_are_read_or_refused_with_the_forms_that_work() {
+        let base = Path::new("/repo");
+        assert_eq!(
+            Location::parse("sqlite://.sluice/sluice.db", base).ok(),
+            Some(Location::Sqlite(PathBuf::from("/repo/.sluice/sluice.db")))
+        );
+        assert_eq!(
+            Location::parse("sqlite:///var/sluice.db", base).ok(),
+            Some(Location::Sqlite(PathBuf::from("/var/sluice.db")))
+        );
+        assert!(matches!(
+            Location::parse("postgres://u@h/db", base),
+            Ok(Location::Postgres(_))
+        ));
+        let Err(Error::BadUrl(text)) = Location::parse("mysql://u:pw@h/db", base) else {
+            panic!("mysql is refused");
+        };
+        assert!(
+            text.contains("postgres://") && !text.contains("pw"),
+            "{text}"
+        );
+        assert!(Location::parse("sqlite://", base).is_err());
+    }
+
+    #[test]
+    fn a_sqlite_url_survives_odd_characters_in_the_path() {
+        assert_eq!(
+            sqlite_url(Path::new("/tmp/a b?#%/sluice.db"), "rw"),
+            "sqlite:///tmp/a%20b%3F%23%25/sluice.db?mode=rw"
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The operations on runs: submission, lookup, the engine's commits and attempt starts on
+//! the machine's pool, the lease, cancel, retry and the cache.
+
+use super::read::{Reader, column};
+use super::rows::{
+    AttemptRow, Capacity, Change, Event, NewRun, RunRow, START_ATTEMPT, StepRow, apply,
+    attempt_row, insert_events, insert_step, run_row, started, step_row, update_step,
+};
+use super::{Error, Holder, Lock, Store};
+
+impl Store {
+    /// Records a new run and its steps. With `max_queued`, refuses it (`Error::QueueFull`,
+    /// nothing written) when the team's Pending and Queued steps across its running runs, plus
+    /// this run's, would exceed it; counted in the same transaction, so that two submissions
+    /// at once cannot both squeeze under the limit.
+    pub async fn create_run(&self, run: &NewRun, max_queued: Option<u64>) -> Result<(), Error> {
+        let mut tx = self.write(Lock::Room).await?;
+        if let Some(limit) = max_queued {
+            let queued: i64 = sqlx::query(
+                "SELECT COUNT(*) FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.team = $1 AND r.state = 'Running' AND s.state IN ('Pending', 'Queued')",
+            )
+            .bind(&run.team)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::from)
+            .and_then(|r| Reader::new(&r, format!("team {}'s queue", run.team)).at(0))?;
+            let queued = u64::try_from(queued).map_err(|_| {
+                Error::Corrupt(format!("team {}'s queue counts {queued} steps", run.team))
+            })?;
+            let adding = run.steps.len() as u64;
+            if queued + adding > limit {
+                return Err(Error::QueueFull {
+                    team: run.team.clone(),
+                    queued,
+                    adding,
+                    limit,
+                });
+            }
+        }
+        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, objects, source, document, params, created_at, cluster) VALUES ($1, $2, $3, 'Running', $4, $5, $6, $7, $8, $9, $10, $11)")
+            .bind(&run.id)
+            .bind(&run.name)
+            .bind(&run.team)
+            .bind(&run.file)
+            .bind(&run.workdir)
+            .bind(&run.objects)
+            .bind(&run.source)
+            .bind(&run.document)
+            .bind(&run.params)
+            .bind(crate::time::now_rfc3339())
+            .bind(&run.cluster)
+            .execute(&mut *tx)
+            .await?;
+        for s in &run.steps {
+            insert_step(&mut tx, &run.id, s).await?;
+        }
+        insert_events(
+            &mut tx,
+            &run.id,
+            &[Event {
+                step: None,
+                kind: "created".into(),
+                detail: None,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The one run `reference` names: its id, an unambiguous prefix of it, `@latest` (the
+    /// newest run) or `NAME@latest` (the newest run of that pipeline or sweep).
+    pub async fn resolve(&self, reference: &str) -> Result<String, Error> {
+        if let Some(name) = reference.strip_suffix("@latest") {
+            let row = sqlx::query(
+                "SELECT id FROM runs WHERE ($1 = '' OR name = $2) ORDER BY created_at DESC, id DESC LIMIT 1",
+            )
+            .bind(name)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(r) = row {
+                return Reader::new(&r, "a run id").at(0);
+            }
+            if name.is_empty() {
+                return Err(Error::NotFound(format!(
+                    "no runs yet in {}",
+                    self.home.display()
+                )));
+            }
+            let rows = sqlx::query("SELECT DISTINCT name FROM runs")
+                .fetch_all(&self.pool)
+                .await?;
+            let names: Vec<String> = column(&rows, "a run name")?;
+            let hint = crate::spec::diagnostic::nearest(name, names.iter().map(String::as_str))
+                .map(|n| format!(" (did you mean '{n}@latest'?)"))
+                .unwrap_or_default();
+            return Err(Error::NotFound(format!(
+                "no run of a pipeline or sweep named '{name}' in {}{hint}",
+                self.home.display()
+            )));
+        }
+        let prefix = reference;
+        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
+        let rows = sqlx::query("SELECT id FROM runs WHERE id LIKE $1 ORDER BY id LIMIT 3")
+            .bind(pattern)
+            .fetch_all(&self.pool)
+            .await?;
+        let ids: Vec<String> = column(&rows, "a run id")?;
+        if let Some(exact) = ids.iter().find(|i| *i == prefix) {
+            return Ok(exact.clone());
+        }
+        match ids.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(Error::NotFound(format!(
+                "no run '{prefix}' in {}{}",
+                self.home.display(),
+                if prefix.contains('@') {
+                    " (name a run by its id, a prefix of it, @latest or NAME@latest)"
+                } else {
+                    ""
+                }
+            ))),
+            many => Err(Error::NotFound(format!(
+                "'{prefix}' is ambiguous: it starts {} and more; give more of the id",
+                many.join(", ")
+            ))),
+        }
+    }
+
+    pub async fn run(&self, id: &str) -> Result<RunRow, Error> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(row) => run_row(&row),
+            None => Err(Error::NotFound(format!("no run '{id}'"))),
+        }
+    }
+
+    pub async fn runs(
+        &self,
+        team: Option<&str>,
+        state: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, Error> {
+        let rows = sqlx::query("SELECT * FROM runs WHERE ($1 IS NULL OR team = $2) AND ($3 IS NULL OR state = $4) ORDER BY created_at DESC, id DESC LIMIT $5")
+            .bind(team)
+            .bind(team)
+            .bind(state)
+            .bind(state)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(run_row).collect()
+    }
+
+    pub async fn steps(&self, run: &str) -> Result<Vec<StepRow>, Error> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(steps_in_order(self.dialect())))
+            .bind(run)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(step_row).collect()
+    }
+
+    pub async fn attempts(&self, run: &str) -> Result<Vec<AttemptRow>, Error> {
+        let rows = sqlx::query("SELECT * FROM attempts WHERE run_id = $1 ORDER BY step, number")
+            .bind(run)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(attempt_row).collect()
+    }
+
+    /// Commits `change` in one transaction.
+    pub async fn commit(&self, run: &str, change: Change<'_>) -> Result<(), Error> {
+        let mut tx = self.write(Lock::Run(run)).await?;
+        apply(&mut tx, run, &change).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Commits `before`, then starts an attempt if the machine's pool has room for it: reserves
+    /// its CPU, memory and `gpus` GPUs (the lowest free indices), records it `Running` and its
+    /// step `Running`, all in one transaction. Returns the GPU indices it holds, or None when
+    /// there is no room now (`before` is committed all the same).
+    pub async fn start_attempt(
+        &self,
+        run: &str,
+        step: &StepRow,
+        attempt: &AttemptRow,
+        capacity: &Capacity,
+        gpus: u32,
+        before: Change<'_>,
+    ) -> Result<Option<Vec<u32>>, Error> {
+        let mut tx = self.write(Lock::Room).await?;
+        // Changes decided earlier (attempt ends) go first: they may free the room this needs.
+        apply(&mut tx, run, &before).await?;
+        // GPUs: the lowest free indices, all or none.
+        let mut assigned = Vec::new();
+        if gpus > 0 {
+            let rows = sqlx::query(
+                "SELECT gpus FROM attempts WHERE state = 'Running' AND gpus IS NOT NULL AND job IS NULL",
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut held = std::collections::BTreeSet::new();
+            for list in column::<String>(&rows, "the GPUs of a running attempt")? {
+                for g in list.split(',') {
+                    held.insert(g.parse::<u32>().map_err(|_| {
+                        Error::Corrupt(format!("a running attempt holds GPU '{g}' (of '{list}')"))
+                    })?);
+                }
+            }
+            assigned = capacity
+                .gpus
+                .iter()
+                .copied()
+                .filter(|g| !held.contains(g))
+                .take(gpus as usize)
+                .collect();
+            if assigned.len() < gpus as usize {
+                tx.commit().await?;
+                return Ok(None);
+            }
+        }
+        let gpu_list = (!assigned.is_empty()).then(|| {
+            assigned
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        // Reserve and record in one statement: the row is inserted only if the pool has room
+        // (what running attempts hold, plus this one, within capacity), or if nothing runs: a
+        // step larger than the whole machine still runs, alone, rather than never.
+        let inserted = sqlx::query(START_ATTEMPT)
+            .bind(run)
+            .bind(&attempt.step)
+            .bind(attempt.number)
+            .bind(&attempt.state)
+            .bind(&attempt.dir)
+            .bind(attempt.millicpu)
+            .bind(attempt.memory)
+            .bind(&gpu_list)
+            .bind(attempt.pid)
+            .bind(attempt.exit_code)
+            .bind(attempt.signal)
+            .bind(&attempt.reason)
+            .bind(&attempt.started_at)
+            .bind(&attempt.ended_at)
+            .bind(attempt.millicpu)
+            .bind(capacity.millicpu)
+            .bind(attempt.memory)
+            .bind(capacity.memory)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if inserted == 0 {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        started(&mut tx, run, step, attempt.number).await?;
+        tx.commit().await?;
+        Ok(Some(assigned))
+    }
+
+    /// Takes the run's lease for `me` (its `until` set) unless another engine holds it and
+    /// `alive` says that engine still runs (`force`: take it whatever). Returns the holder
+    /// when refused.
+    pub async fn take_lease(
+        &self,
+        run: &str,
+        me: &Holder,
+        alive: impl FnOnce(&Holder) -> bool,
+        force: bool,
+    ) -> Result<Result<(), Holder>, Error> {
+        let mut tx = self.write(Lock::Run(run)).await?;
+        let row =
+            sqlx::query("SELECT lease_owner, lease_until, lease_started FROM runs WHERE id = $1")
+                .bind(run)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("no run '{run}'")))?;
+        let r = Reader::new(&row, format!("the lease of run {run}"));
+        let holder = Holder::of(r.at(0)?, r.at(1)?, r.at(2)?);
+        if let Some(h) = holder
+            && h.owner != me.owner
+            && !force
+            && alive(&h)
+        {
+            return Ok(Err(h));
+        }
+        sqlx::query(
+            "UPDATE runs SET lease_owner = $1, lease_until = $2, lease_started = $3 WHERE id = $4",
+        )
+        .bind(&me.owner)
+        .bind(me.until)
+        .bind(me.started)
+        .bind(run)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    pub async fn release_lease(&self, run: &str, owner: &str) -> Result<(), Error> {
+        sqlx::query("UPDATE runs SET lease_owner = NULL, lease_until = NULL, lease_started = NULL WHERE id = $1 AND lease_owner = $2")
+            .bind(run)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn request_cancel(&self, run: &str) -> Result<(), Error> {
+        sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE id = $1")
+            .bind(run)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether a cancel was asked for, and the lease, re-read (other processes write them).
+    pub async fn cancel_requested(&self, run: &str) -> Result<bool, Error> {
+        let row = sqlx::query("SELECT cancel_requested FROM runs WHERE id = $1")
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no run '{run}'")))?;
+        Reader::new(&row, format!("run {run}")).flag("cancel_requested")
+    }
+
+    /// Sets an ended run running again (`sluice retry`), clearing its end and cancel flag.
+    pub async fn reopen(&self, run: &str, steps: &[StepRow]) -> Result<(), Error> {
+        let mut tx = self.write(Lock::Run(run)).await?;
+        // A run being deleted (`sluice delete`) is not reopened: its files are going.
+        let reopened = sqlx::query("UPDATE runs SET state = 'Running', reason = NULL, ended_at = NULL, cancel_requested = 0 WHERE id = $1 AND state <> 'Deleting'")
+            .bind(run)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if reopened == 0 {
+            return Err(Error::NotFound(format!("run {run} is being deleted")));
+        }
+        for s in steps {
+            update_step(&mut tx, run, s).await?;
+        }
+        insert_events(
+            &mut tx,
+            run,
+            &[Event {
+                step: None,
+                kind: "retried".into(),
+                detail: None,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn cache_get(&self, team: &str, key: &str) -> Result<Option<String>, Error> {
+        let row = sqlx::query("SELECT outputs FROM cache WHERE team = $1 AND key = $2")
+            .bind(team)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Reader::new(&r, format!("cache entry {key} of team {team}")).at(0))
+            .transpose()
+    }
+
+    pub async fn cache_put(
+        &self,
+        team: &str,
+        key: &str,
+        run: &str,
+        step: &str,
+        outputs: &str,
+    ) -> Result<(), Error> {
+        sqlx::query("INSERT INTO cache (team, key, run_id, step, outputs, created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (team, key) DO UPDATE SET run_id = excluded.run_id, step = excluded.step, outputs = excluded.outputs, created_at = excluded.created_at")
+            .bind(team)
+            .bind(key)
+            .bind(run)
+            .bind(step)
+            .bind(outputs)
+            .bind(crate::time::now_rfc3339())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete_cache(&self, team: &str, key: &str) -> Result<(), Error> {
+        sqlx::query("DELETE FROM cache WHERE team = $1 AND key = $2")
+            .bind(team)
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A run's steps in the order they were created (the order of the file).
+fn steps_in_order(dialect: super::Dialect) -> String {
+    format!(
+        "SELECT * FROM steps WHERE run_id = $1 ORDER BY {}",
+        dialect.insertion_order()
+    )
+}

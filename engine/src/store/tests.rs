@@ -1,0 +1,867 @@
+//! The store's conformance suite: every operation, run on SQLite and on PostgreSQL alike (as
+//! quickwit's metastore suite runs on each backend), races for the same room included.
+//!
+//! `conformance!(name, body)` makes `name::sqlite` and `name::postgres`; the PostgreSQL one
+//! gets a database of its own on the test server (`sluice_e2e::postgres`: the one
+//! `$SLUICE_TEST_POSTGRES` names, else a throwaway server started for the test process).
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::run::state::{attempt as at, run as rs, step as ss};
+
+/// A home folder of its own and a store on `backend`.
+pub(super) async fn open(backend: &str, tag: &str) -> (Store, PathBuf) {
+    let home = std::env::temp_dir().join(format!(
+        "sluice-store-{tag}-{backend}-{}-{}",
+        std::process::id(),
+        crate::time::now_ms()
+    ));
+    let _ = std::fs::remove_dir_all(&home);
+    let store = match backend {
+        "sqlite" => Location::Sqlite(home.join("sluice.db")).open(&home).await,
+        _ => {
+            let url = sluice_e2e::postgres::database(tag)
+                .unwrap_or_else(|e| panic!("PostgreSQL for the conformance suite: {e}"));
+            Location::Postgres(url).open(&home).await
+        }
+    };
+    (store.expect("the store opens"), home)
+}
+
+macro_rules! conformance {
+    ($name:ident, |$store:ident, $backend:ident| $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn check($store: Store, $backend: &'static str) {
+                let _ = $backend;
+                $body
+            }
+
+            #[tokio::test]
+            async fn sqlite() {
+                let (store, home) = open("sqlite", stringify!($name)).await;
+                check(store, "sqlite").await;
+                let _ = std::fs::remove_dir_all(home);
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                let (store, home) = open("postgres", stringify!($name)).await;
+                check(store, "postgres").await;
+                let _ = std::fs::remove_dir_all(home);
+            }
+        }
+    };
+}
+
+fn step(name: &str) -> StepRow {
+    StepRow {
+        name: name.into(),
+        step: name.into(),
+        state: ss::PENDING.into(),
+        ..StepRow::default()
+    }
+}
+
+fn new_run(id: &str, name: &str, team: &str, steps: &[&str]) -> NewRun {
+    NewRun {
+        id: id.into(),
+        name: name.into(),
+        team: team.into(),
+        file: "p.yaml".into(),
+        workdir: "/w".into(),
+        objects: "file:///objects".into(),
+        source: "kind: Pipeline".into(),
+        document: None,
+        params: "{}".into(),
+        cluster: None,
+        steps: steps.iter().map(|s| step(s)).collect(),
+    }
+}
+
+fn attempt(step: &str, number: i64, millicpu: i64) -> AttemptRow {
+    AttemptRow {
+        step: step.into(),
+        number,
+        state: at::RUNNING.into(),
+        dir: format!("/attempts/{step}/{number}"),
+        millicpu,
+        memory: 1 << 20,
+        started_at: crate::time::now_rfc3339(),
+        ..AttemptRow::default()
+    }
+}
+
+fn machine(millicpu: i64, gpus: Vec<u32>) -> Capacity {
+    Capacity {
+        millicpu,
+        memory: 1 << 40,
+        gpus,
+    }
+}
+
+async fn events(store: &Store, run: &str) -> Vec<String> {
+    let rows = sqlx::query("SELECT kind FROM events WHERE run_id = $1 ORDER BY id")
+        .bind(run)
+        .fetch_all(store.pool())
+        .await
+        .expect("events");
+    read::column(&rows, "an event").expect("kinds")
+}
+
+async fn running(store: &Store) -> usize {
+    store.running_attempts().await.expect("running").len()
+}
+
+conformance!(runs_are_created_and_read_back, |store, backend| {
+    // Steps come back in the file's order, not by name.
+    let run = new_run("r1", "train", "vision", &["zeta", "alpha", "mid"]);
+    store.create_run(&run, None).await.expect("create");
+    let row = store.run("r1").await.expect("run");
+    assert_eq!(
+        (row.name.as_str(), row.team.as_str(), row.state.as_str()),
+        ("train", "vision", rs::RUNNING)
+    );
+    assert!(!row.cancel_requested && row.holder().is_none() && row.ended_at.is_none());
+    let names: Vec<String> = store
+        .steps("r1")
+        .await
+        .expect("steps")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["zeta", "alpha", "mid"]);
+    assert!(store.attempts("r1").await.expect("attempts").is_empty());
+    assert_eq!(events(&store, "r1").await, ["created"]);
+    assert!(matches!(store.run("nope").await, Err(Error::NotFound(_))));
+    // The same id twice is refused and leaves the first untouched.
+    assert!(store.create_run(&run, None).await.is_err());
+    assert_eq!(store.steps("r1").await.expect("steps").len(), 3);
+});
+
+conformance!(
+    runs_are_listed_newest_first_and_filtered,
+    |store, backend| {
+        for (id, team) in [("a1", "x"), ("b2", "y"), ("c3", "x")] {
+            store
+                .create_run(&new_run(id, "p", team, &["s"]), None)
+                .await
+                .expect("create");
+            // created_at has millisecond precision: keep the order unambiguous.
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        }
+        let ids = |rows: Vec<RunRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.runs(None, None, 10).await.expect("all")),
+            ["c3", "b2", "a1"]
+        );
+        assert_eq!(
+            ids(store.runs(Some("x"), None, 10).await.expect("x")),
+            ["c3", "a1"]
+        );
+        assert_eq!(ids(store.runs(None, None, 1).await.expect("one")), ["c3"]);
+        assert!(
+            store
+                .runs(None, Some(rs::SUCCEEDED), 10)
+                .await
+                .expect("none")
+                .is_empty()
+        );
+    }
+);
+
+conformance!(
+    references_resolve_by_id_prefix_and_latest,
+    |store, backend| {
+        assert!(matches!(
+            store.resolve("@latest").await,
+            Err(Error::NotFound(_))
+        ));
+        for (id, name) in [("abc111", "train"), ("abd222", "train"), ("xyz333", "eval")] {
+            store
+                .create_run(&new_run(id, name, "t", &["s"]), None)
+                .await
+                .expect("create");
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        }
+        assert_eq!(store.resolve("abc111").await.expect("exact"), "abc111");
+        assert_eq!(store.resolve("abd").await.expect("prefix"), "abd222");
+        assert_eq!(store.resolve("@latest").await.expect("latest"), "xyz333");
+        assert_eq!(
+            store.resolve("train@latest").await.expect("named"),
+            "abd222"
+        );
+        let Err(Error::NotFound(ambiguous)) = store.resolve("ab").await else {
+            panic!("a prefix of two runs is ambiguous");
+        };
+        assert!(ambiguous.contains("ambiguous"), "{ambiguous}");
+        let Err(Error::NotFound(hint)) = store.resolve("trian@latest").await else {
+            panic!("no such name");
+        };
+        assert!(hint.contains("did you mean 'train@latest'"), "{hint}");
+        // LIKE's wildcards in a reference match nothing by themselves.
+        assert!(store.resolve("%").await.is_err());
+    }
+);
+
+conformance!(a_change_is_committed_whole, |store, backend| {
+    store
+        .create_run(&new_run("r", "p", "t", &["a", "b"]), None)
+        .await
+        .expect("create");
+    let mut a = step("a");
+    a.state = ss::SUCCEEDED.into();
+    a.attempts = 1;
+    a.metrics = Some(r#"{"loss":0.5}"#.into());
+    let mut extra = step("a[1]");
+    extra.item = Some("1".into());
+    let change = Change {
+        steps: vec![&a],
+        new_steps: vec![&extra],
+        attempts: vec![],
+        run_end: Some((rs::FAILED.into(), Some("b failed".into()))),
+        events: (0..1500)
+            .map(|i| Event {
+                step: Some("a".into()),
+                kind: format!("e{i}"),
+                detail: None,
+            })
+            .collect(),
+    };
+    store.commit("r", change).await.expect("commit");
+    let steps = store.steps("r").await.expect("steps");
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[0], a);
+    assert_eq!(steps[2].item.as_deref(), Some("1"));
+    let run = store.run("r").await.expect("run");
+    assert_eq!(run.state, rs::FAILED);
+    assert_eq!(run.reason.as_deref(), Some("b failed"));
+    assert!(run.ended_at.is_some());
+    // More events than one statement's worth, in order.
+    let kinds = events(&store, "r").await;
+    assert_eq!(kinds.len(), 1501);
+    assert_eq!(kinds[1], "e0");
+    assert_eq!(kinds[1500], "e1499");
+});
+
+conformance!(the_machine_is_never_overcommitted, |store, backend| {
+    store
+        .create_run(&new_run("r", "p", "t", &["a", "b", "c", "big"]), None)
+        .await
+        .expect("create");
+    let cap = machine(1000, vec![0, 1, 2]);
+    let started = store
+        .start_attempt(
+            "r",
+            &step("a"),
+            &attempt("a", 1, 600),
+            &cap,
+            2,
+            Change::default(),
+        )
+        .await
+        .expect("start a");
+    assert_eq!(started, Some(vec![0, 1]), "the lowest free GPU indices");
+    // No room for 600 more millicpu.
+    let refused = store
+        .start_attempt(
+            "r",
+            &step("b"),
+            &attempt("b", 1, 600),
+            &cap,
+            0,
+            Change::default(),
+        )
+        .await
+        .expect("start b");
+    assert_eq!(refused, None);
+    // Two GPUs asked, one free: all or none.
+    let none = store
+        .start_attempt(
+            "r",
+            &step("c"),
+            &attempt("c", 1, 100),
+            &cap,
+            2,
+            Change::default(),
+        )
+        .await
+        .expect("start c");
+    assert_eq!(none, None);
+    assert_eq!(running(&store).await, 1);
+    // Ending `a` in the same transaction frees the room `b` needs.
+    let mut ended = attempt("a", 1, 600);
+    ended.state = at::SUCCEEDED.into();
+    ended.exit_code = Some(0);
+    let before = Change {
+        attempts: vec![&ended],
+        ..Change::default()
+    };
+    let started = store
+        .start_attempt("r", &step("b"), &attempt("b", 1, 600), &cap, 1, before)
+        .await
+        .expect("start b again");
+    assert_eq!(started, Some(vec![0]));
+    let attempts = store.attempts("r").await.expect("attempts");
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].exit_code, Some(0));
+    assert_eq!(attempts[1].gpus.as_deref(), Some("0"));
+    // A step larger than the whole machine still runs, alone.
+    let mut b_done = attempt("b", 1, 600);
+    b_done.state = at::FAILED.into();
+    store
+        .commit(
+            "r",
+            Change {
+                attempts: vec![&b_done],
+                ..Change::default()
+            },
+        )
+        .await
+        .expect("end b");
+    let alone = store
+        .start_attempt(
+            "r",
+            &step("big"),
+            &attempt("big", 1, 5000),
+            &cap,
+            0,
+            Change::default(),
+        )
+        .await
+        .expect("start big");
+    assert_eq!(alone, Some(vec![]));
+    assert!(
+        events(&store, "r")
+            .await
+            .contains(&"attempt-started".to_owned())
+    );
+});
+
+conformance!(
+    concurrent_starts_racing_for_the_same_room_take_it_once,
+    |store, backend| {
+        // Eight engines (each with its own pool, as separate processes have) start a step of 600
+        // millicpu on a machine of 1000 at the same moment: exactly one may run.
+        let ids: Vec<String> = (0..8).map(|i| format!("race{i}")).collect();
+        for id in &ids {
+            store
+                .create_run(&new_run(id, "p", "t", &["s"]), None)
+                .await
+                .expect("create");
+        }
+        let mut handles = Vec::new();
+        for id in ids.clone() {
+            let other = match backend {
+                "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
+                _ => Location::Postgres(store_url(&store)),
+            }
+            .open(&store.home)
+            .await
+            .expect("another engine opens the store");
+            handles.push(tokio::spawn(async move {
+                other
+                    .start_attempt(
+                        &id,
+                        &step("s"),
+                        &attempt("s", 1, 600),
+                        &machine(1000, vec![0]),
+                        1,
+                        Change::default(),
+                    )
+                    .await
+                    .expect("start")
+            }));
+        }
+        let mut started = 0;
+        for h in handles {
+            if h.await.expect("task").is_some() {
+                started += 1;
+            }
+        }
+        assert_eq!(
+            started, 1,
+            "one start took the room, the others saw it taken"
+        );
+        assert_eq!(running(&store).await, 1);
+    }
+);
+
+/// The URL of a PostgreSQL store (its `shown` form hides no password here: the test server
+/// has none).
+fn store_url(store: &Store) -> String {
+    store.shown().to_owned()
+}
+
+conformance!(
+    concurrent_placements_on_one_node_take_it_once,
+    |store, backend| {
+        // Cluster mode: the closure decides with what runs now; two engines racing for the last
+        // GPU of node 0 must not both get it.
+        let ids: Vec<String> = (0..6).map(|i| format!("place{i}")).collect();
+        for id in &ids {
+            store
+                .create_run(&new_run(id, "p", "t", &["s"]), None)
+                .await
+                .expect("create");
+        }
+        let mut handles = Vec::new();
+        for id in ids.clone() {
+            let other = match backend {
+                "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
+                _ => Location::Postgres(store_url(&store)),
+            }
+            .open(&store.home)
+            .await
+            .expect("another engine opens the store");
+            handles.push(tokio::spawn(async move {
+                let mut a = attempt("s", 1, 1000);
+                a.job = Some(r#"{"gpus":1}"#.into());
+                a.nodes = Some("[0]".into());
+                other
+                    .start_placed(&id, &step("s"), &a, Change::default(), None, |held| {
+                        held.is_empty().then(|| "0".to_owned())
+                    })
+                    .await
+                    .expect("place")
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for h in handles {
+            outcomes.push(h.await.expect("task"));
+        }
+        let started = outcomes
+            .iter()
+            .filter(|p| matches!(p, Placed::Started(_)))
+            .count();
+        assert_eq!(started, 1, "{outcomes:?}");
+        assert_eq!(outcomes.iter().filter(|p| **p == Placed::NoRoom).count(), 5);
+    }
+);
+
+conformance!(waiting_steps_keep_their_age_and_order, |store, backend| {
+    for id in ["w1", "w2"] {
+        store
+            .create_run(&new_run(id, "p", "t", &["a", "b"]), None)
+            .await
+            .expect("create");
+    }
+    let mut queued_a = step("a");
+    queued_a.state = ss::QUEUED.into();
+    let mut queued_b = step("b");
+    queued_b.state = ss::QUEUED.into();
+    let queue = Change {
+        steps: vec![&queued_a, &queued_b],
+        ..Change::default()
+    };
+    let mine = vec![
+        ("a".to_owned(), "{}".to_owned()),
+        ("b".to_owned(), "{}".to_owned()),
+    ];
+    let (held, waiting) = store
+        .claims("w1", queue, &mine, 1000)
+        .await
+        .expect("claims");
+    assert!(held.is_empty());
+    // w2 has no engine holding its lease: only w1's own steps are seen.
+    assert_eq!(waiting.len(), 2);
+    assert_eq!((waiting[0].step.as_str(), waiting[0].since), ("a", 1000));
+    // Later, w1 still waits: its steps keep their first age.
+    let (_, waiting) = store
+        .claims("w1", Change::default(), &mine, 5000)
+        .await
+        .expect("claims again");
+    assert!(waiting.iter().all(|c| c.since == 1000), "{waiting:?}");
+    assert_eq!(store.waiting_runs().await.expect("waiting runs")[0].0, "w1");
+    store.forget_waiting(&["w1".into()]).await.expect("forget");
+    assert!(store.waiting_runs().await.expect("none").is_empty());
+});
+
+conformance!(
+    a_teams_trial_rate_is_shared_by_every_engine,
+    |store, backend| {
+        store
+            .create_run(&new_run("t1", "sweep", "vision", &["t0", "t1", "t2"]), None)
+            .await
+            .expect("create");
+        let rate = |now| {
+            Some(Rate {
+                team: "vision",
+                interval_ms: 1000,
+                now,
+            })
+        };
+        let mut outcomes = Vec::new();
+        for (i, now) in [(0, 10_000), (1, 10_500), (2, 11_000)] {
+            let name = format!("t{i}");
+            let mut a = attempt(&name, 1, 0);
+            a.job = Some("{}".into());
+            a.nodes = Some("[0]".into());
+            outcomes.push(
+                store
+                    .start_placed("t1", &step(&name), &a, Change::default(), rate(now), |_| {
+                        Some(String::new())
+                    })
+                    .await
+                    .expect("start"),
+            );
+        }
+        assert_eq!(
+            outcomes,
+            [
+                Placed::Started(String::new()),
+                Placed::RateLimited { until: 11_000 },
+                Placed::Started(String::new())
+            ]
+        );
+    }
+);
+
+conformance!(the_lease_is_taken_refused_and_released, |store, backend| {
+    store
+        .create_run(&new_run("l", "p", "t", &["s"]), None)
+        .await
+        .expect("create");
+    let me = Holder {
+        owner: "1@a".into(),
+        until: 100,
+        started: Some(7),
+    };
+    let other = Holder {
+        owner: "2@b".into(),
+        until: 200,
+        started: None,
+    };
+    assert_eq!(
+        store
+            .take_lease("l", &me, |_| true, false)
+            .await
+            .expect("take"),
+        Ok(())
+    );
+    assert_eq!(
+        store.run("l").await.expect("run").holder(),
+        Some(me.clone())
+    );
+    // Another engine is refused while the holder lives, and gets it once it is dead.
+    assert_eq!(
+        store
+            .take_lease("l", &other, |_| true, false)
+            .await
+            .expect("refused"),
+        Err(me.clone())
+    );
+    assert_eq!(
+        store
+            .take_lease("l", &other, |_| false, false)
+            .await
+            .expect("dead"),
+        Ok(())
+    );
+    store.release_lease("l", "1@a").await.expect("not mine");
+    assert_eq!(
+        store.run("l").await.expect("run").holder(),
+        Some(other.clone())
+    );
+    store.release_lease("l", "2@b").await.expect("release");
+    assert_eq!(store.run("l").await.expect("run").holder(), None);
+    assert!(matches!(
+        store.take_lease("missing", &me, |_| true, false).await,
+        Err(Error::NotFound(_))
+    ));
+});
+
+conformance!(cancel_and_retry_flags_round_trip, |store, backend| {
+    store
+        .create_run(&new_run("c", "p", "t", &["s"]), None)
+        .await
+        .expect("create");
+    assert!(!store.cancel_requested("c").await.expect("flag"));
+    store.request_cancel("c").await.expect("cancel");
+    assert!(store.cancel_requested("c").await.expect("flag"));
+    let mut failed = step("s");
+    failed.state = ss::FAILED.into();
+    store
+        .commit(
+            "c",
+            Change {
+                steps: vec![&failed],
+                run_end: Some((rs::CANCELLED.into(), None)),
+                ..Change::default()
+            },
+        )
+        .await
+        .expect("end");
+    let pending = step("s");
+    store
+        .reopen("c", std::slice::from_ref(&pending))
+        .await
+        .expect("reopen");
+    let run = store.run("c").await.expect("run");
+    assert_eq!(run.state, rs::RUNNING);
+    assert!(!run.cancel_requested && run.ended_at.is_none());
+    assert_eq!(store.steps("c").await.expect("steps")[0], pending);
+    assert_eq!(
+        events(&store, "c").await.last().map(String::as_str),
+        Some("retried")
+    );
+});
+
+conformance!(the_cache_is_per_team_and_replaced, |store, backend| {
+    assert_eq!(store.cache_get("t", "k").await.expect("get"), None);
+    store
+        .cache_put("t", "k", "r1", "a", "out/1")
+        .await
+        .expect("put");
+    store
+        .cache_put("t", "k", "r2", "a", "out/2")
+        .await
+        .expect("replace");
+    store
+        .cache_put("u", "k", "r3", "a", "out/3")
+        .await
+        .expect("other team");
+    assert_eq!(
+        store.cache_get("t", "k").await.expect("get").as_deref(),
+        Some("out/2")
+    );
+    assert_eq!(
+        store.cache_get("u", "k").await.expect("get").as_deref(),
+        Some("out/3")
+    );
+    store.delete_cache("t", "k").await.expect("delete");
+    assert_eq!(store.cache_get("t", "k").await.expect("get"), None);
+});
+
+conformance!(a_queue_limit_refuses_a_run_whole, |store, backend| {
+    store
+        .create_run(&new_run("q1", "p", "vision", &["a", "b", "c"]), Some(4))
+        .await
+        .expect("3 of 4");
+    let refused = store
+        .create_run(&new_run("q2", "p", "vision", &["a", "b"]), Some(4))
+        .await;
+    let Err(Error::QueueFull {
+        queued,
+        adding,
+        limit,
+        ..
+    }) = refused
+    else {
+        panic!("over the limit: {refused:?}");
+    };
+    assert_eq!((queued, adding, limit), (3, 2, 4));
+    assert!(matches!(store.run("q2").await, Err(Error::NotFound(_))));
+    // Another team's queue is its own.
+    store
+        .create_run(&new_run("q3", "p", "audio", &["a", "b"]), Some(4))
+        .await
+        .expect("other team");
+});
+
+conformance!(orphans_are_found_and_collected_once, |store, backend| {
+    store
+        .create_run(&new_run("o", "p", "t", &["s"]), None)
+        .await
+        .expect("create");
+    store
+        .start_attempt(
+            "o",
+            &step("s"),
+            &attempt("s", 1, 100),
+            &machine(1000, vec![]),
+            0,
+            Change::default(),
+        )
+        .await
+        .expect("start");
+    let orphans = store.running_attempts().await.expect("orphans");
+    assert_eq!(orphans.len(), 1);
+    assert_eq!(
+        (orphans[0].run_id.as_str(), orphans[0].attempt.step.as_str()),
+        ("o", "s")
+    );
+    let mut lost = orphans[0].attempt.clone();
+    lost.state = at::LOST.into();
+    let ended = vec![("o".to_owned(), lost)];
+    assert_eq!(store.collect(&ended).await.expect("collect"), 1);
+    // A second collector changes nothing: the first record of the end stands.
+    assert_eq!(store.collect(&ended).await.expect("again"), 0);
+    assert_eq!(running(&store).await, 0);
+    assert_eq!(
+        events(&store, "o")
+            .await
+            .iter()
+            .filter(|k| *k == "attempt-collected")
+            .count(),
+        1
+    );
+});
+
+conformance!(deleting_a_run_goes_in_two_steps, |store, backend| {
+    store
+        .create_run(&new_run("d", "p", "t", &["s"]), None)
+        .await
+        .expect("create");
+    store
+        .cache_put("t", "k", "d", "s", "out")
+        .await
+        .expect("cache");
+    assert!(matches!(
+        store.mark_deleting("d").await.expect("mark"),
+        Marked::Running
+    ));
+    store
+        .commit(
+            "d",
+            Change {
+                run_end: Some((rs::SUCCEEDED.into(), None)),
+                ..Change::default()
+            },
+        )
+        .await
+        .expect("end");
+    assert_eq!(store.ended_runs().await.expect("ended").len(), 1);
+    let Marked::Deleting(before) = store.mark_deleting("d").await.expect("mark") else {
+        panic!("an ended run is marked");
+    };
+    assert_eq!(before.state, rs::SUCCEEDED);
+    assert_eq!(store.cache_get("t", "k").await.expect("cache"), None);
+    assert!(
+        store.reopen("d", &[]).await.is_err(),
+        "a run being deleted is not retried"
+    );
+    store.forget_run("d").await.expect("forget");
+    assert!(store.run_ids().await.expect("ids").is_empty());
+    assert!(store.steps("d").await.expect("steps").is_empty());
+    // Rows whose run is gone are swept.
+    sqlx::query(
+        "INSERT INTO steps (run_id, name, step, state) VALUES ('gone', 's', 's', 'Pending')",
+    )
+    .execute(store.pool())
+    .await
+    .expect("orphan row");
+    assert_eq!(store.forget_orphan_rows().await.expect("sweep"), 1);
+});
+
+conformance!(
+    a_bad_stored_value_is_an_error_naming_the_run,
+    |store, backend| {
+        store
+            .create_run(&new_run("bad", "p", "t", &["s"]), None)
+            .await
+            .expect("create");
+        sqlx::query("UPDATE runs SET cancel_requested = 7 WHERE id = 'bad'")
+            .execute(store.pool())
+            .await
+            .expect("corrupt");
+        let Err(Error::Corrupt(text)) = store.run("bad").await else {
+            panic!("a flag of 7 is refused");
+        };
+        assert!(
+            text.contains("run bad") && text.contains("cancel_requested"),
+            "{text}"
+        );
+        assert!(store.cancel_requested("bad").await.is_err());
+        store
+            .start_attempt(
+                "bad",
+                &step("s"),
+                &attempt("s", 1, 1),
+                &machine(1000, vec![0, 1]),
+                1,
+                Change::default(),
+            )
+            .await
+            .expect("start");
+        sqlx::query("UPDATE attempts SET gpus = 'x' WHERE run_id = 'bad'")
+            .execute(store.pool())
+            .await
+            .expect("corrupt gpus");
+        let refused = store
+            .start_attempt(
+                "bad",
+                &step("s"),
+                &attempt("s", 2, 1),
+                &machine(1000, vec![0, 1]),
+                1,
+                Change::default(),
+            )
+            .await;
+        assert!(matches!(refused, Err(Error::Corrupt(_))), "{refused:?}");
+    }
+);
+
+conformance!(
+    reopening_migrates_once_and_a_newer_schema_is_refused,
+    |store, backend| {
+        let location = match backend {
+            "sqlite" => Location::Sqlite(store.home.join("sluice.db")),
+            _ => Location::Postgres(store_url(&store)),
+        };
+        store
+            .create_run(&new_run("keep", "p", "t", &["s"]), None)
+            .await
+            .expect("create");
+        let again = location.open(&store.home).await.expect("reopen");
+        assert_eq!(again.run("keep").await.expect("kept").id, "keep");
+        sqlx::query("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (999, 'future', TRUE, $1, 0)")
+        .bind(vec![0u8; 4])
+        .execute(store.pool())
+        .await
+        .expect("a future version");
+        let Err(Error::Unavailable(text)) = location.open(&store.home).await else {
+            panic!("a newer schema is refused");
+        };
+        assert!(
+            text.contains("newer sluice") && text.contains("999"),
+            "{text}"
+        );
+    }
+);
+
+#[tokio::test]
+async fn an_unreachable_postgres_is_unavailable_with_its_password_hidden() {
+    let home =
+        std::env::temp_dir().join(format!("sluice-store-unreachable-{}", std::process::id()));
+    let location = Location::Postgres("postgres://sluice:s3cret@127.0.0.1:1/sluice".into());
+    let Err(e) = location.open(&home).await else {
+        panic!("nothing listens on port 1");
+    };
+    let text = e.to_string();
+    assert!(e.is_unavailable(), "{text}");
+    assert!(
+        text.contains("127.0.0.1:1") && !text.contains("s3cret"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_home_made_before_sqlx_migrations_is_adopted() {
+    // Homes written by the hand-written runner kept their versions in `schema_migrations`.
+    let home = std::env::temp_dir().join(format!("sluice-store-old-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    let file = home.join("sluice.db");
+    let script = "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nfor f in sys.argv[2:]:\n    c.executescript(open(f).read())\nc.execute('CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL)')\nc.executemany('INSERT INTO schema_migrations VALUES (?, ?)', [(1, 'x'), (2, 'x'), (3, 'x')])\nc.execute(\"INSERT INTO runs (id, name, team, state, file, workdir, objects, source, params, created_at) VALUES ('old', 'p', 't', 'Succeeded', 'f', 'w', 'o', 's', '{}', '2026-01-01T00:00:00.000Z')\")\nc.commit()";
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&file)
+        .arg(root.join("0001_init.sql"))
+        .arg(root.join("0002_cluster.sql"))
+        .arg(root.join("0003_engines.sql"))
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    let store = Location::Sqlite(file).open(&home).await.expect("adopted");
+    assert_eq!(
+        store.run("old").await.expect("old run").state,
+        rs::SUCCEEDED
+    );
+    let _ = std::fs::remove_dir_all(home);
+}
