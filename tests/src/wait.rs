@@ -39,14 +39,19 @@ pub fn describe(cmd: &Command) -> String {
 /// [`Command::output`] with the [`deadline`]: standard output and error captured, standard
 /// input empty. A command still running at the deadline is killed and fails the test.
 pub fn output(cmd: &mut Command) -> Output {
+    try_output(cmd).unwrap_or_else(|e| panic!("cannot start `{}`: {e}", describe(cmd)))
+}
+
+/// [`output`] for a caller that reports a command that cannot start in its own words (which
+/// tool to install): the spawn's error is returned; a hang still fails the test.
+pub fn try_output(cmd: &mut Command) -> std::io::Result<Output> {
     let what = describe(cmd);
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
-    output_of(child, &what)
+        .spawn()?;
+    Ok(output_of(child, &what))
 }
 
 /// [`Child::wait`] with the [`deadline`]; `what` names the command in the failure.
