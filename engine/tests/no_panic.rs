@@ -21,7 +21,11 @@ fn check(text: &str) {
             let graph = dag::graph::build(p, &mut d);
             if let (Some(g), Ok(values)) = (graph, params::resolve(p, &[], false)) {
                 let plan = dag::plan::expand(p, &g, values);
-                assert!(plan.instances >= plan.levels.len());
+                // A level holds at least one step (a fan-out over an empty list may leave it
+                // without instances), and the count is of the instances listed.
+                assert!(plan.levels.len() <= plan.steps);
+                let listed: usize = plan.levels.iter().map(|l| l.steps.len()).sum();
+                assert_eq!(plan.instances, listed + plan.on_exit.len());
             }
         }
     }
@@ -182,4 +186,13 @@ fn the_valid_pipeline_is_valid() {
 fn carriage_returns_count_as_line_breaks() {
     check("-\r\r.");
     check("a: [\r\r}");
+}
+
+/// A fan-out over an empty list is valid and plans a level with no instances (the edit
+/// `engine/tests/no_panic.proptest-regressions` records broke an earlier, wrong invariant).
+#[test]
+fn a_fan_out_over_nothing_plans_no_instance() {
+    check(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: p}\nspec:\n  steps:\n    - name: a\n      forEach: []\n      run: echo {{item}}\n",
+    );
 }

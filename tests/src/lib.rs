@@ -6,6 +6,7 @@
 
 pub mod postgres;
 pub mod s3;
+pub mod wait;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -60,13 +61,9 @@ pub fn ran(out: Output) -> Ran {
     }
 }
 
-/// Runs `sluice ARGS` in `dir`.
+/// Runs `sluice ARGS` in `dir` (failing the test if it hangs, see [`wait`]).
 pub fn run_in(dir: &Path, args: &[&str]) -> Ran {
-    ran(sluice()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("sluice starts"))
+    ran(wait::output(sluice().args(args).current_dir(dir)))
 }
 
 /// A fresh temporary folder, removed when dropped.
@@ -171,7 +168,7 @@ impl Sandbox {
     }
 
     pub fn run(&self, args: &[&str]) -> Ran {
-        ran(self.cmd(args).output().expect("sluice starts"))
+        ran(wait::output(&mut self.cmd(args)))
     }
 
     /// `status RUN --output json`, parsed.
@@ -222,11 +219,12 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 /// Sends `sig` (`KILL`, `STOP`, `INT`...) to `pid` with kill(1), failing the test if it
 /// cannot.
 pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(ok.success(), "kill -{sig} {pid} failed");
+    let out = wait::output(Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]));
+    assert!(
+        out.status.success(),
+        "kill -{sig} {pid} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The runtime pid recorded in the lock of attempt `n` of `step` in `run`, once it started.

@@ -11,6 +11,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::wait::try_output;
+
 /// Whether the end-to-end sandboxes should keep their state in PostgreSQL.
 pub fn wanted() -> bool {
     std::env::var("SLUICE_TEST_STATE").is_ok_and(|v| v == "postgres")
@@ -42,12 +44,13 @@ pub fn database(tag: &str) -> Result<String, String> {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    let out = Command::new("psql")
-        .arg(&server)
-        .args(["-v", "ON_ERROR_STOP=1", "-q", "-c"])
-        .arg(format!("CREATE DATABASE {name}"))
-        .output()
-        .map_err(|e| format!("psql cannot run: {e} (install postgresql-client)"))?;
+    let out = try_output(
+        Command::new("psql")
+            .arg(&server)
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-c"])
+            .arg(format!("CREATE DATABASE {name}")),
+    )
+    .map_err(|e| format!("psql cannot run: {e} (install postgresql-client)"))?;
     if !out.status.success() {
         return Err(format!(
             "cannot create database {name} on {server}: {}",
@@ -109,9 +112,7 @@ fn as_postgres(program: &std::path::Path) -> Command {
 }
 
 fn nix_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
+    try_output(Command::new("id").arg("-u"))
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
@@ -121,22 +122,23 @@ fn start_throwaway() -> Result<String, String> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     if nix_is_root() {
-        let chown = Command::new("chown")
-            .arg("postgres:postgres")
-            .arg(&dir)
-            .status()
+        let chown = try_output(Command::new("chown").arg("postgres:postgres").arg(&dir))
             .map_err(|e| e.to_string())?;
-        if !chown.success() {
+        if !chown.status.success() {
             return Err(format!("cannot chown {} to postgres", dir.display()));
         }
     }
     let data = dir.join("data");
-    let init = as_postgres(&bin.join("initdb"))
-        .arg("-D")
-        .arg(&data)
-        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
-        .output()
-        .map_err(|e| format!("initdb cannot run: {e}"))?;
+    let init = try_output(as_postgres(&bin.join("initdb")).arg("-D").arg(&data).args([
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+        "-E",
+        "UTF8",
+        "--no-sync",
+    ]))
+    .map_err(|e| format!("initdb cannot run: {e}"))?;
     if !init.status.success() {
         return Err(format!(
             "initdb failed: {}",
@@ -148,14 +150,15 @@ fn start_throwaway() -> Result<String, String> {
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400",
         dir.display()
     );
-    let start = as_postgres(&bin.join("pg_ctl"))
-        .arg("-D")
-        .arg(&data)
-        .arg("-l")
-        .arg(dir.join("server.log"))
-        .args(["-w", "-o", &options, "start"])
-        .output()
-        .map_err(|e| format!("pg_ctl cannot run: {e}"))?;
+    let start = try_output(
+        as_postgres(&bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.join("server.log"))
+            .args(["-w", "-o", &options, "start"]),
+    )
+    .map_err(|e| format!("pg_ctl cannot run: {e}"))?;
     if !start.status.success() {
         return Err(format!(
             "PostgreSQL did not start: {}{}",
@@ -177,12 +180,16 @@ fn start_throwaway() -> Result<String, String> {
         data = data.display(),
         dir = dir.display(),
     );
-    let _ = Command::new("setsid")
+    // `setsid --fork` returns at once; the watchdog it leaves behind holds no pipe of ours.
+    if let Ok(mut watchdog) = Command::new("setsid")
         .args(["--fork", "sh", "-c", &stop])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .status();
+        .spawn()
+    {
+        crate::wait::status(&mut watchdog, "setsid --fork sh -c (the server's watchdog)");
+    }
     Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
 }
 

@@ -22,11 +22,8 @@ fn moto_server() -> PathBuf {
     if let Ok(p) = std::env::var("SLUICE_MOTO_SERVER") {
         return PathBuf::from(p);
     }
-    if let Ok(out) = Command::new("sh")
-        .args(["-c", "command -v moto_server"])
-        .output()
-        && out.status.success()
-    {
+    let out = crate::wait::output(Command::new("sh").args(["-c", "command -v moto_server"]));
+    if out.status.success() {
         let p = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if !p.is_empty() {
             return PathBuf::from(p);
@@ -51,15 +48,15 @@ fn moto_server() -> PathBuf {
             return server;
         }
     }
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "moto[server]"])
-            .status()
-            .is_ok_and(|s| s.success());
+    // Bounded like every other child, with room for a slow download.
+    let install = |cmd: &mut Command| {
+        let what = crate::wait::describe(cmd);
+        cmd.spawn().is_ok_and(|mut child| {
+            crate::wait::status_within(&mut child, Duration::from_secs(600), &what).success()
+        })
+    };
+    let ok = install(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+        && install(Command::new(venv.join("bin/pip")).args(["install", "-q", "moto[server]"]));
     let _ = std::fs::remove_dir(&lock);
     assert!(
         ok && server.is_file(),
@@ -195,9 +192,7 @@ impl S3 {
 }
 
 fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status();
+    let _ = crate::wait::output(Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]));
 }
 
 impl Drop for S3 {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{Sandbox, runtime_pid, signal, wait_for};
+use sluice_e2e::{Sandbox, runtime_pid, signal, wait, wait_for};
 
 const N: u32 = 60;
 
@@ -90,7 +90,7 @@ fn preempted_and_lost_steps_resume_from_their_checkpoint() {
     let runtime = runtime_pid(&sb.home(), &run, "count", 4).expect("attempt 4 records its runtime");
     signal(runtime, "KILL");
 
-    let status = engine.wait().expect("the engine ends");
+    let status = wait::status(&mut engine, "sluice run p.yaml");
     assert_eq!(status.code(), Some(0), "the run succeeds");
     assert_eq!(
         std::fs::read_to_string(sb.path().join("result")).expect("result"),
@@ -156,7 +156,7 @@ fn a_runtime_silent_past_the_heartbeat_timeout_loses_its_attempt_which_resumes()
     // The runtime hangs (SIGSTOP): its program goes on counting, but no heartbeat comes.
     signal(runtime, "STOP");
 
-    let status = engine.wait().expect("the engine ends");
+    let status = wait::status(&mut engine, "sluice run p.yaml");
     assert_eq!(status.code(), Some(0), "the run succeeds");
     let status = sb.status(&run);
     let attempts = status["steps"][0]["attempts"]
@@ -271,7 +271,7 @@ spec:
     let runtime =
         runtime_pid(&sb.home(), &run, "save", 1).expect("the attempt records its runtime");
     signal(runtime, "KILL");
-    let status = engine.wait().expect("the engine ends");
+    let status = wait::status(&mut engine, "sluice run p.yaml");
     assert_eq!(status.code(), Some(0));
     let found = std::fs::read_to_string(sb.path().join("found")).expect("attempt 2 ran");
     // The newest complete checkpoint had version 1 (and, if a sync caught the move half-way,

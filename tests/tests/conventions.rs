@@ -2,9 +2,7 @@
 //! naming runs, following logs, machine-readable answers of `logs`, `cancel` and `preempt`,
 //! `runs` filters, one binary, and the warnings `run` repeats from lint.
 
-use std::process::Stdio;
-
-use sluice_e2e::{Sandbox, TempDir, bin, ran, sluice, wait_for};
+use sluice_e2e::{Sandbox, TempDir, bin, ran, sluice, wait, wait_for};
 
 fn pipeline(name: &str, steps: &str) -> String {
     format!(
@@ -16,12 +14,12 @@ const QUICK: &str = "    - name: hello\n      run: echo hello\n";
 
 /// `sluice ARGS` in `dir` without SLUICE_HOME: the home is found, not given.
 fn found(dir: &std::path::Path, args: &[&str]) -> sluice_e2e::Ran {
-    ran(sluice()
-        .args(args)
-        .current_dir(dir)
-        .env_remove("SLUICE_HOME")
-        .output()
-        .expect("sluice starts"))
+    ran(wait::output(
+        sluice()
+            .args(args)
+            .current_dir(dir)
+            .env_remove("SLUICE_HOME"),
+    ))
 }
 
 #[test]
@@ -289,12 +287,11 @@ fn sluice_alone_is_enough_and_a_missing_runtime_is_exit_3_before_anything_runs()
             .envs(sb.envs())
             .env("PATH", "/usr/bin:/bin")
             .env_remove("SLUICE_RUNTIME")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null());
+            .env_remove("RUST_LOG");
         for (k, v) in env {
             cmd.env(k, v);
         }
-        ran(cmd.output().expect("sluice starts"))
+        ran(wait::output(&mut cmd))
     };
     // Only `sluice`, no sluice-runtime beside it nor on PATH: its own runtime runs the step.
     let out = run(&[]);
@@ -314,10 +311,9 @@ fn sluice_alone_is_enough_and_a_missing_runtime_is_exit_3_before_anything_runs()
     // `sluice` installed under the runtime's name is the runtime.
     std::os::unix::fs::symlink(alone.join("sluice"), alone.join("sluice-runtime"))
         .expect("symlink");
-    let out = ran(std::process::Command::new(alone.join("sluice-runtime"))
-        .arg("--version")
-        .output()
-        .expect("runs"));
+    let out = ran(wait::output(
+        std::process::Command::new(alone.join("sluice-runtime")).arg("--version"),
+    ));
     assert_eq!(out.code, Some(0));
     assert!(out.stdout.starts_with("sluice-runtime "), "{}", out.stdout);
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use sluice_e2e::{Sandbox, step_states};
+use sluice_e2e::{Sandbox, step_states, wait};
 
 /// A diamond with a fan-out in the middle: 8 step instances, each writing `starts/STEP` when
 /// its program starts and `done/STEP` when it completes.
@@ -70,7 +70,7 @@ fn kill_after(sb: &Sandbox, args: &[&str], ms: u64) {
         .expect("sluice starts");
     std::thread::sleep(Duration::from_millis(ms));
     let _ = child.kill(); // SIGKILL
-    let _ = child.wait();
+    wait::status(&mut child, "sluice (killed)");
 }
 
 fn count(sb: &Sandbox, dir: &str, step: &str) -> usize {

@@ -3,11 +3,9 @@
 //! within seconds of the first one's steps ending, nothing panics, `status` says the engine
 //! is gone, and `resume` carries on at once, running nothing twice.
 
-use std::io::Read;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
 
-use sluice_e2e::{Sandbox, bin, signal, wait_for};
+use sluice_e2e::{Sandbox, bin, signal, wait, wait_for};
 
 /// A step that asks for more CPU than the machine has: it runs alone (nothing else starts
 /// beside it). It records its start and its end (unix ms).
@@ -52,25 +50,14 @@ fn start(sb: &Sandbox, file: &str) -> Child {
         .expect("sluice starts")
 }
 
-/// Waits for `child` to exit (at most `limit`, else kills it and fails); its exit code and
+/// Waits for `child` to exit (failing the test if it hangs, see [`wait`]); its exit code and
 /// standard error.
-fn finish(mut child: Child, limit: Duration, what: &str) -> (Option<i32>, String) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            return (status.code(), err);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn finish(child: Child, what: &str) -> (Option<i32>, String) {
+    let out = wait::output_of(child, what);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The newest run's id once its `hog` step runs.
@@ -95,7 +82,7 @@ fn wait_running(sb: &Sandbox) -> String {
 fn second_run_starts_soon_after(sb: &Sandbox) {
     sb.write("second.yaml", &hog("second", 0.1));
     let second = start(sb, "second.yaml");
-    let (code, err) = finish(second, Duration::from_secs(120), "the second run");
+    let (code, err) = finish(second, "the second run");
     assert_eq!(code, Some(0), "second run: {err}");
     assert!(!err.contains("panicked"), "{err}");
     let first_ended = read(sb, "first.ended");
@@ -133,7 +120,7 @@ fn cancels_on(sig: &str) {
     let first = start(&sb, "first.yaml");
     let id = wait_running(&sb);
     signal(first.id(), sig);
-    let (code, err) = finish(first, Duration::from_secs(90), "the signalled run");
+    let (code, err) = finish(first, "the signalled run");
     assert_eq!(code, Some(130), "exit code after SIG{sig}: {err}");
     assert_no_panic(&err);
     let status = sb.status(&id);
@@ -142,11 +129,7 @@ fn cancels_on(sig: &str) {
     assert_eq!(count(&sb, "first.dones"), 0, "the step was stopped");
     // Nothing stays held: the next run starts at once.
     sb.write("second.yaml", &hog("second", 0.1));
-    let (code, err) = finish(
-        start(&sb, "second.yaml"),
-        Duration::from_secs(120),
-        "the second run",
-    );
+    let (code, err) = finish(start(&sb, "second.yaml"), "the second run");
     assert_eq!(code, Some(0), "{err}");
 }
 
@@ -188,10 +171,10 @@ fn kill_9_leaves_the_run_to_resume_and_its_room_free_once_its_step_ends() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("logs starts");
-    let (code, err) = finish(follow, Duration::from_secs(60), "logs -f");
+    let (code, err) = finish(follow, "logs -f");
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains(&format!("sluice resume {id}")), "{err}");
-    let _ = first.wait();
+    wait::status(&mut first, "sluice run first.yaml (killed)");
     // The first run is resumed: its step ended meanwhile, and is not run again.
     let out = sb.run(&["resume", &id]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -219,8 +202,8 @@ fn resume_right_after_kill_9_reattaches_and_runs_nothing_twice() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("resume starts");
-    let (code, err) = finish(resumed, Duration::from_secs(120), "resume");
-    let _ = first.wait();
+    let (code, err) = finish(resumed, "resume");
+    wait::status(&mut first, "sluice run first.yaml (killed)");
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("being driven by"), "{err}");
     let status = sb.status(&id);
@@ -239,15 +222,15 @@ fn a_closed_pipe_on_its_output_is_no_panic() {
         let script = format!(
             r#""$SLUICE" {verbose} run first.yaml 2>&1 | head -1 > head.out; echo "${{PIPESTATUS[0]}}" > rc"#
         );
-        let status = std::process::Command::new("bash")
-            .args(["-c", &script])
-            .current_dir(sb.path())
-            .env("SLUICE", bin("sluice"))
-            .envs(sb.envs())
-            .env_remove("RUST_LOG")
-            .status()
-            .expect("bash runs");
-        assert!(status.success());
+        let out = wait::output(
+            std::process::Command::new("bash")
+                .args(["-c", &script])
+                .current_dir(sb.path())
+                .env("SLUICE", bin("sluice"))
+                .envs(sb.envs())
+                .env_remove("RUST_LOG"),
+        );
+        assert!(out.status.success());
         assert_eq!(read(&sb, "rc").trim(), "0", "sluice {verbose}: exit code");
         assert_eq!(read(&sb, "head.out").lines().count(), 1);
         let id = sb.last_run();
@@ -300,7 +283,7 @@ fn a_home_removed_mid_run_is_exit_3() {
     let first = start(&sb, "first.yaml");
     wait_running(&sb);
     std::fs::remove_dir_all(sb.home()).expect("remove the home");
-    let (code, err) = finish(first, Duration::from_secs(120), "the run");
+    let (code, err) = finish(first, "the run");
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("was removed or replaced"), "{err}");
     assert_no_panic(&err);

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sluice_e2e::{Sandbox, signal, wait_for};
+use sluice_e2e::{Sandbox, signal, wait, wait_for};
 
 const PIPELINE: &str = r#"apiVersion: sluice.dev/v1
 kind: Pipeline
@@ -97,7 +97,7 @@ fn a_gang_meets_and_restarts_together_from_its_checkpoint() {
     let victim = std::fs::read_to_string(sb.path().join("pids/1-2")).expect("worker 2's pid");
     signal(victim.trim().parse().expect("a pid"), "KILL");
 
-    let out = engine.wait_with_output().expect("the engine ends");
+    let out = wait::output_of(engine, "sluice run p.yaml");
     assert_eq!(
         out.status.code(),
         Some(0),

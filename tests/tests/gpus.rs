@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 
-use sluice_e2e::{Sandbox, step_states};
+use sluice_e2e::{Sandbox, step_states, wait};
 
 /// Each step records `NAME RANK CUDA_VISIBLE_DEVICES START END` (times in ms) in `seen`.
 const PIPELINE: &str = r#"apiVersion: sluice.dev/v1
@@ -80,11 +80,7 @@ fn gpus_are_held_per_attempt_and_given_to_each_worker() {
     let sb = Sandbox::new("gpus");
     sb.write("p.yaml", PIPELINE);
     let path = fake_nvidia_smi(&sb);
-    let out = sb
-        .cmd(&["run", "p.yaml"])
-        .env("PATH", &path)
-        .output()
-        .expect("sluice runs");
+    let out = wait::output(sb.cmd(&["run", "p.yaml"]).env("PATH", &path));
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -135,11 +131,7 @@ fn a_step_asking_more_gpus_than_the_machine_has_fails_saying_so() {
         "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: big}\nspec:\n  steps:\n    - name: huge\n      resources: {gpu: 4, workers: 2}\n      run: \"true\"\n",
     );
     let path = fake_nvidia_smi(&sb);
-    let out = sb
-        .cmd(&["run", "p.yaml"])
-        .env("PATH", &path)
-        .output()
-        .expect("sluice runs");
+    let out = wait::output(sb.cmd(&["run", "p.yaml"]).env("PATH", &path));
     assert_eq!(out.status.code(), Some(1));
     let status = sb.status(&sb.last_run());
     assert_eq!(step_states(&status)["huge"], "Failed");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sluice_e2e::s3::S3;
-use sluice_e2e::{Sandbox, step_states, wait_for};
+use sluice_e2e::{Sandbox, step_states, wait, wait_for};
 
 fn pipeline(name: &str, spec: &str) -> String {
     format!("apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: {name}}}\nspec:\n{spec}")
@@ -51,20 +51,24 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// the test cannot wait for.)
 fn sql(sb: &Sandbox, statement: &str) -> String {
     let out = match &sb.state {
-        Some(url) => Command::new("psql")
-            .arg(url)
-            .args(["-v", "ON_ERROR_STOP=1", "-q", "-t", "-A", "-c", statement])
-            .output()
-            .expect("psql runs"),
-        None => Command::new("python3")
-            .args([
+        Some(url) => wait::output(Command::new("psql").arg(url).args([
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-t",
+            "-A",
+            "-c",
+            statement,
+        ])),
+        None => wait::output(
+            Command::new("python3")
+                .args([
                 "-c",
                 "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nrows = c.execute(sys.argv[2]).fetchall()\nc.commit()\nprint('\\n'.join('|'.join(str(v) for v in r) for r in rows))",
             ])
-            .arg(sb.home().join("sluice.db"))
-            .arg(statement)
-            .output()
-            .expect("python3 runs"),
+                .arg(sb.home().join("sluice.db"))
+                .arg(statement),
+        ),
     };
     assert!(
         out.status.success(),
@@ -548,7 +552,7 @@ fn delete_removes_a_runs_objects_from_s3() {
         for (k, v) in s3.env() {
             cmd.env(k, v);
         }
-        sluice_e2e::ran(cmd.output().expect("sluice runs"))
+        sluice_e2e::ran(wait::output(&mut cmd))
     };
     let mut ids = Vec::new();
     for _ in 0..2 {

@@ -4,9 +4,9 @@
 //! lines. The bar shows no count before there is a total, and ends cleared, so that the
 //! final lines print cleanly below it; a terminal that does not say its size gets plain lines.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use sluice_e2e::{Sandbox, bin};
+use sluice_e2e::{Sandbox, bin, wait};
 
 const COLS: usize = 100;
 
@@ -24,14 +24,14 @@ fn on_terminal(sb: &Sandbox, size: (usize, usize), args: &[&str]) -> String {
         line.push(' ');
         line.push_str(&quote(a));
     }
-    let out = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .current_dir(sb.path())
-        .envs(sb.envs())
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("util-linux `script` runs (it gives the test a pseudo-terminal)");
+    // util-linux `script` gives the test a pseudo-terminal.
+    let out = wait::output(
+        Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .current_dir(sb.path())
+            .envs(sb.envs())
+            .env_remove("RUST_LOG"),
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

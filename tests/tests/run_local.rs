@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{Sandbox, root, runtime_pid, signal, step_states, wait_for};
+use sluice_e2e::{Sandbox, root, runtime_pid, signal, step_states, wait, wait_for};
 
 fn pipeline(name: &str, spec: &str) -> String {
     format!("apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: {name}}}\nspec:\n{spec}")
@@ -373,61 +373,6 @@ fn cancel_from_another_process_stops_the_run() {
 }
 
 #[test]
-fn ctrl_c_cancels_and_a_second_leaves_steps_to_resume() {
-    let sb = Sandbox::new("ctrlc");
-    sb.write(
-        "p.yaml",
-        &pipeline("c", "  steps:\n    - name: long\n      run: sleep 2 && echo finished >> long-done\n    - name: after\n      needs: [long]\n      run: echo after >> after-done\n"),
-    );
-    // One Ctrl-C: the run is cancelled, exit 130.
-    let mut child = sb
-        .cmd(&["run", "p.yaml"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starts");
-    std::thread::sleep(Duration::from_millis(100));
-    wait_for("the condition", || {
-        std::fs::read_dir(sb.home().join("attempts")).is_ok()
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    signal(child.id(), "INT");
-    let status = child.wait().expect("ends");
-    assert_eq!(status.code(), Some(130));
-    let id = sb.last_run();
-    assert_eq!(sb.status(&id)["state"], "Cancelled");
-
-    // Two Ctrl-C: exit 130 at once; the step goes on, and resume finishes the run.
-    let mut child = sb
-        .cmd(&["run", "p.yaml"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starts");
-    std::thread::sleep(Duration::from_millis(100));
-    let id = loop {
-        let id = sb.last_run();
-        if step_states(&sb.status(&id))
-            .get("long")
-            .is_some_and(|s| s == "Running")
-        {
-            break id;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    signal(child.id(), "INT");
-    std::thread::sleep(Duration::from_millis(50));
-    signal(child.id(), "INT");
-    let status = child.wait().expect("ends");
-    assert_eq!(status.code(), Some(130));
-    let out = sb.run(&["resume", &id]);
-    // The first Ctrl-C asked for a cancel, which resume carries out; the step that was
-    // running was not started again.
-    assert!(matches!(out.code, Some(1) | Some(0)), "{}", out.stderr);
-    let starts =
-        std::fs::read_to_string(sb.path().join("long-done")).map_or(0, |t| t.lines().count());
-    assert!(starts <= 1, "the long step ran {starts} times");
-}
-
-#[test]
 fn two_runs_on_one_home_share_the_machine_without_overcommitting() {
     let sb = Sandbox::new("shared");
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -450,8 +395,8 @@ fn two_runs_on_one_home_share_the_machine_without_overcommitting() {
         .spawn()
         .expect("starts");
     let (a, b) = (
-        a.wait_with_output().expect("a ends"),
-        b.wait_with_output().expect("b ends"),
+        wait::output_of(a, "sluice run a/p.yaml"),
+        wait::output_of(b, "sluice run b/p.yaml"),
     );
     assert_eq!(a.status.code(), Some(0));
     assert_eq!(b.status.code(), Some(0));
@@ -477,12 +422,10 @@ fn a_bad_environment_is_a_clear_error_and_exit_3() {
     );
     // A home that cannot be created (a file stands where a folder must be).
     sb.write("blocked", "a file");
-    let out = sluice_e2e::ran(
+    let out = sluice_e2e::ran(wait::output(
         sb.cmd(&["run", "p.yaml"])
-            .env("SLUICE_HOME", sb.path().join("blocked/home"))
-            .output()
-            .expect("runs"),
-    );
+            .env("SLUICE_HOME", sb.path().join("blocked/home")),
+    ));
     assert_eq!(out.code, Some(3), "{}", out.stderr);
     assert!(out.stderr.contains("cannot be created"), "{}", out.stderr);
     if sb.state.is_some() {
@@ -517,7 +460,7 @@ fn a_bad_environment_is_a_clear_error_and_exit_3() {
     assert_eq!(line.trim(), "locked");
     let out = sb.run(&["run", "p.yaml"]);
     let _ = holder.kill();
-    let _ = holder.wait();
+    wait::status(&mut holder, "python3 holding the store (killed)");
     assert_eq!(out.code, Some(3), "{}", out.stderr);
     assert!(
         out.stderr.contains("busy") || out.stderr.contains("locked"),
@@ -643,7 +586,7 @@ fn a_detached_run_can_be_followed_across_retries_and_its_logs_outlive_the_attemp
         .expect("logs -f starts");
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(sb.path().join("go"), b"").expect("write go");
-    let out = follower.wait_with_output().expect("logs -f ends");
+    let out = wait::output_of(follower, "sluice logs RUN wait -f");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
     let lines: Vec<&str> = text.lines().collect();
@@ -686,7 +629,7 @@ fn a_killed_runtime_loses_its_attempt_which_runs_again_alone() {
     let runtime = runtime_pid(&sb.home(), &sb.last_run(), "tick", 1)
         .expect("the attempt records its runtime");
     signal(runtime, "KILL");
-    let status = engine.wait().expect("the engine ends");
+    let status = wait::status(&mut engine, "sluice run p.yaml");
     assert_eq!(status.code(), Some(0));
     assert!(sb.path().join("finished").exists());
     // The first attempt's program was ended with its runtime: no more ticks.
@@ -718,11 +661,10 @@ fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder()
     );
     // No SLUICE_HOME: the default ./.sluice of the current folder, while steps run in the
     // pipeline's folder.
-    let out = sb
-        .cmd(&["run", "pipelines/p.yaml"])
-        .env_remove("SLUICE_HOME")
-        .output()
-        .expect("sluice runs");
+    let out = wait::output(
+        sb.cmd(&["run", "pipelines/p.yaml"])
+            .env_remove("SLUICE_HOME"),
+    );
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -739,11 +681,10 @@ fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder()
         "7\n"
     );
     // A relative --home works the same.
-    let out = sb
-        .cmd(&["--home", "h", "run", "pipelines/p.yaml"])
-        .env_remove("SLUICE_HOME")
-        .output()
-        .expect("sluice runs");
+    let out = wait::output(
+        sb.cmd(&["--home", "h", "run", "pipelines/p.yaml"])
+            .env_remove("SLUICE_HOME"),
+    );
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -753,10 +694,7 @@ fn the_default_home_is_relative_to_where_sluice_runs_and_works_from_any_folder()
     assert!(sb.path().join("h").is_dir());
     assert_eq!(sb.path().join("h/sluice.db").exists(), sb.state.is_none());
     // And a relative object store URL, as the Cluster example writes one.
-    let out = sb
-        .cmd(&["run", "pipelines/p.yaml", "--objects", "file://store"])
-        .output()
-        .expect("sluice runs");
+    let out = wait::output(&mut sb.cmd(&["run", "pipelines/p.yaml", "--objects", "file://store"]));
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -64,45 +64,116 @@ fn the_documented_scenario_shows_fifo_stuck_in_half_placed_gangs_and_fair_ahead(
     );
 }
 
+/// GPU-hours of the example's workload (`examples/simulate/jobs.csv`), row by row (workers x
+/// GPUs x hours): fixed whatever the policy, as nothing in it is preempted.
+const NLP_GPU_HOURS: f64 = 4.0 * (1.0 * 1.0 * 1.0) + 2.0 * 4.0 * 2.0 + 8.0; // 28
+const VISION_GPU_HOURS: f64 = 2.0 * 8.0 * 1.5 + 2.0 * (2.0 * 0.5) + 1.0 / 6.0; // 26.17
+/// The example lab's GPUs: 4 nodes of 8.
+const LAB_GPUS: f64 = 32.0;
+
 #[test]
 fn the_example_replays_under_each_policy_with_the_contract_shape() {
     let out = example(&["--output", "json"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let round = |x: f64, places: i32| (x * 10f64.powi(places)).round() / 10f64.powi(places);
     for policy in ["fifo", "priority", "fair"] {
         let p = &v["policies"][policy];
-        let util = p["gpu_utilization"].as_f64().expect("gpu_utilization");
-        assert!(util > 0.0 && util <= 1.0, "{p}");
+        let num = |key: &str| p[key].as_f64().unwrap_or_else(|| panic!("{key}: {p}"));
+        // Every job fits the lab and nothing can hold it up for ever: all ten complete.
+        assert_eq!(p["jobs"], 10, "{policy}: {p}");
+        assert_eq!(p["completed"], 10, "{policy}: {p}");
+        assert_eq!(p["never_started"], 0, "{policy}: {p}");
+        assert_eq!(p["deadlocks"], 0, "{policy}: {p}");
+        assert_eq!(p["preemptions"], 0, "{policy}: {p}");
+        assert_eq!(num("gpu_hours_lost"), 0.0, "{policy}: {p}");
         for key in ["p50", "p95", "p99"] {
             assert!(p["wait_seconds"][key].is_u64(), "{p}");
         }
+        // Each team's GPU-hours are its rows' sum.
+        let team = |t: &str, key: &str| {
+            p["teams"][t][key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("teams.{t}.{key}: {p}"))
+        };
+        assert_eq!(
+            team("nlp", "gpu_hours"),
+            round(NLP_GPU_HOURS, 2),
+            "{policy}"
+        );
+        assert_eq!(
+            team("vision", "gpu_hours"),
+            round(VISION_GPU_HOURS, 2),
+            "{policy}"
+        );
+        // Costs follow the pools' prices: interruptible pools take only interruptible jobs,
+        // which prefer them (1.10 per GPU-hour); the rest run on demand (2.50). nlp's four
+        // 1-GPU hour-long jobs and vision's 10-minute one are the interruptible ones.
+        let nlp_spot = 4.0;
+        let vision_spot = 1.0 / 6.0;
+        assert_eq!(
+            team("nlp", "cost"),
+            round(nlp_spot * 1.10 + (NLP_GPU_HOURS - nlp_spot) * 2.50, 2),
+            "{policy}: {p}"
+        );
+        assert_eq!(
+            team("vision", "cost"),
+            round(
+                vision_spot * 1.10 + (VISION_GPU_HOURS - vision_spot) * 2.50,
+                2
+            ),
+            "{policy}: {p}"
+        );
+        // Utilization is the work over the lab's GPU-time from the first submission (0) to
+        // the last completion.
+        let makespan_hours = num("makespan_seconds") / 3600.0;
+        assert_eq!(
+            num("gpu_utilization"),
+            round(
+                (NLP_GPU_HOURS + VISION_GPU_HOURS) / (LAB_GPUS * makespan_hours),
+                4
+            ),
+            "{policy}: {p}"
+        );
         assert!(
             p["jain_fairness"]
                 .as_f64()
                 .is_some_and(|j| j > 0.0 && j <= 1.0)
         );
-        assert!(p["completed"].as_u64().is_some_and(|c| c <= 10), "{p}");
-        if policy != "fifo" {
-            assert_eq!(p["completed"], 10, "{p}");
-        }
-        // Only the pod-by-pod fifo (Kubernetes' default scheduler) places gangs partly.
-        if policy == "fifo" {
-            assert!(
-                p["partial_gang_gpu_hours"]
-                    .as_f64()
-                    .is_some_and(|h| h >= 0.0)
-            );
-        } else {
-            assert_eq!(p["partial_gang_gpu_hours"], 0.0, "{p}");
-        }
-        assert!(p["deadlocks"].is_u64());
-        // Costs follow the pools' prices: nlp's spot jobs cost 1.10 per GPU-hour.
-        assert!(
-            p["teams"]["nlp"]["cost"].as_f64().is_some_and(|c| c > 0.0),
-            "{p}"
-        );
         assert!(p["priorities"]["production"]["wait_seconds"]["p50"].is_u64());
     }
+    let production_wait = |policy: &str| {
+        v["policies"][policy]["priorities"]["production"]["wait_seconds"]["p50"]
+            .as_u64()
+            .expect("production p50")
+    };
+    let makespan = |policy: &str| {
+        v["policies"][policy]["makespan_seconds"]
+            .as_u64()
+            .expect("makespan_seconds")
+    };
+    // Whole gangs (priority, fair): the production gang (2 x 8 GPUs, submitted at 60 s)
+    // needs both on-demand nodes whole; nlp's 2 x 4 gang holds 8 of their GPUs from 10 s to
+    // 7210 s, so the production gang starts at 7210 s and ends last, 5400 s later; the rest
+    // is backfilled meanwhile. No GPU is ever held by half a gang.
+    for policy in ["priority", "fair"] {
+        let p = &v["policies"][policy];
+        assert_eq!(p["partial_gang_gpu_hours"], 0.0, "{policy}: {p}");
+        assert_eq!(production_wait(policy), 7210 - 60, "{policy}: {p}");
+        assert_eq!(makespan(policy), 7210 + 5400, "{policy}: {p}");
+    }
+    // Only the pod-by-pod fifo (Kubernetes' default scheduler) places gangs partly: a part
+    // of the production gang holds GPUs it cannot use, so the gang starts later and the
+    // replay ends later than with whole gangs.
+    let fifo = &v["policies"]["fifo"];
+    assert!(
+        fifo["partial_gang_gpu_hours"]
+            .as_f64()
+            .is_some_and(|h| h > 0.0),
+        "{fifo}"
+    );
+    assert!(production_wait("fifo") > production_wait("fair"), "{fifo}");
+    assert!(makespan("fifo") > makespan("fair"), "{fifo}");
     // Byte-identical for the same inputs.
     let again = example(&["--output", "json"]);
     assert_eq!(out.stdout, again.stdout);

@@ -132,3 +132,66 @@ pub fn result_of(a: &AttemptRow, recorded: Option<contract::Result>) -> Option<c
             .unwrap_or_default(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn result(end: End) -> contract::Result {
+        contract::Result {
+            end,
+            exit_code: Some(1),
+            signal: None,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            ended_at: "2026-01-01T00:01:00Z".into(),
+            reason: Some("why".into()),
+            metrics: BTreeMap::from([("loss".to_owned(), 0.25)]),
+        }
+    }
+
+    fn running() -> AttemptRow {
+        AttemptRow {
+            step: "train".into(),
+            number: 1,
+            state: at::RUNNING.into(),
+            dir: "/nonexistent/sluice/attempt".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            ..AttemptRow::default()
+        }
+    }
+
+    #[test]
+    fn an_attempt_still_running_is_not_collected() {
+        assert_eq!(ended_row(running(), Probe::Alive, false), None);
+    }
+
+    #[test]
+    fn each_end_becomes_its_attempt_state_and_a_stop_is_a_cancel_only_when_one_was_asked() {
+        for (end, cancelled, state) in [
+            (End::Succeeded, false, at::SUCCEEDED),
+            (End::Failed, true, at::FAILED),
+            (End::Timeout, false, at::TIMEOUT),
+            (End::Terminated, true, at::CANCELLED),
+            (End::Terminated, false, at::PREEMPTED),
+        ] {
+            let row = ended_row(running(), Probe::Ended(Box::new(result(end))), cancelled)
+                .expect("an ended attempt is collected");
+            assert_eq!(row.state, state, "{end:?}, cancelled: {cancelled}");
+            assert_eq!(row.exit_code, Some(1));
+            assert_eq!(row.reason.as_deref(), Some("why"));
+            assert_eq!(row.ended_at.as_deref(), Some("2026-01-01T00:01:00Z"));
+            assert_eq!(row.metrics.as_deref(), Some(r#"{"loss":0.25}"#));
+        }
+    }
+
+    #[test]
+    fn a_vanished_runtime_is_a_lost_attempt_with_its_reason() {
+        let row =
+            ended_row(running(), Probe::Vanished("it died".into()), false).expect("collected");
+        assert_eq!(row.state, at::LOST);
+        assert_eq!(row.reason.as_deref(), Some("it died"));
+        assert!(row.ended_at.is_some());
+    }
+}
