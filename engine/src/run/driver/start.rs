@@ -32,11 +32,8 @@ pub(super) struct Ready {
 impl<E: Executor> Driver<E> {
     /// Starts queued steps while parallelism and the machine's pool allow.
     pub(super) async fn start_queued(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
-        if let Some(scheduling) = self.scheduling.take() {
-            let mut scheduling = scheduling;
-            let done = self.start_scheduled(&mut scheduling, watcher).await;
-            self.scheduling = Some(scheduling);
-            return done;
+        if let Some(scheduler) = self.scheduler.clone() {
+            return self.start_scheduled(&scheduler, watcher).await;
         }
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
         let now = now_ms();
