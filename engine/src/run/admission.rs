@@ -199,6 +199,20 @@ impl Schedulers {
     }
 }
 
+/// Drivers on many tasks share a scheduler, and their futures stay `Send` while they wait on
+/// it: checked when this compiles.
+const _: () = {
+    fn shared<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    #[allow(dead_code)]
+    fn check(s: &Scheduler, store: &Store, written: &Written) {
+        shared::<Scheduler>();
+        shared::<Schedulers>();
+        send(&s.verdict(store, "run", Change::default(), &[], 0));
+        send(&s.decide(written));
+    }
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
