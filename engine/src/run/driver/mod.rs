@@ -31,11 +31,11 @@ pub use sweeping::{Best, Report, TrialReport, report};
 use super::admission::{Scheduler, Schedulers};
 use super::engine::{self, LEASE_MS};
 use super::state::step as st;
+use crate::clock::Clock;
 use crate::executor::local::Local;
 use crate::executor::{self, AttemptId, Executor, Handle, Settings};
 use crate::spec::model::{Pipeline, Step};
 use crate::store::{self, AttemptRow, RunRow, StepRow, Store};
-use crate::time::now_ms;
 use rows::{Counts, Pending};
 
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +161,8 @@ pub struct Driver<E: Executor = Local> {
     registered: bool,
     /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
     rate_wake: Option<i64>,
+    /// Where the time of day comes from (the system's; a test's to set).
+    clock: Arc<dyn Clock>,
     /// The state store file's identity (device, inode) when the run was opened: a home removed
     /// or replaced under a running engine is an error, not a run that "succeeded" into a
     /// deleted file.
@@ -198,11 +200,13 @@ fn settings_of(scheduler: Option<&Scheduler>) -> Settings {
 impl Driver<Local> {
     /// Loads a run to drive it on this machine. Takes the run's lease unless a live engine
     /// holds it. A run with a Cluster is scheduled by this process's scheduler of that
-    /// Cluster, from `schedulers` (the process's, over `store`).
+    /// Cluster, from `schedulers` (the process's, over `store`). The time is read from
+    /// `clock`.
     pub async fn open(
         store: Store,
         run_id: &str,
         schedulers: &Schedulers,
+        clock: Arc<dyn Clock>,
     ) -> Result<Result<Driver, Ending>, Error> {
         let run = store.run(run_id).await?;
         if run.state != super::state::run::RUNNING {
@@ -215,13 +219,13 @@ impl Driver<Local> {
         let settings = settings_of(scheduler.as_deref());
         let objects = sluice_runtime::objects::Objects::open(&run.objects)?;
         let executor = Local::new(&store.home, run_id, objects.clone(), settings);
-        Driver::open_with(store, run, objects, executor, scheduler, settings).await
+        Driver::open_with(store, run, objects, executor, scheduler, settings, clock).await
     }
 }
 
 impl<E: Executor> Driver<E> {
-    /// Loads run `run` to drive it through `executor`, its objects in `objects`. Takes the
-    /// run's lease unless a live engine holds it.
+    /// Loads run `run` to drive it through `executor`, its objects in `objects`, reading the
+    /// time from `clock`. Takes the run's lease unless a live engine holds it.
     pub async fn open_with(
         store: Store,
         run: RunRow,
@@ -229,12 +233,13 @@ impl<E: Executor> Driver<E> {
         executor: E,
         scheduler: Option<Arc<Scheduler>>,
         settings: Settings,
+        clock: Arc<dyn Clock>,
     ) -> Result<Result<Driver<E>, Ending>, Error> {
         let run_id = run.id.clone();
         if run.state != super::state::run::RUNNING {
             return Ok(Err(Ending::Ended(run.state)));
         }
-        let now = now_ms();
+        let now = clock.now_ms();
         let me = engine::me(now + LEASE_MS);
         let owner = me.owner.clone();
         // An engine whose lease ran out, or whose process is gone, holds nothing.
@@ -309,6 +314,7 @@ impl<E: Executor> Driver<E> {
             registered: true,
             scheduler,
             rate_wake: None,
+            clock,
         };
         d.cancelling = d.store.cancel_requested(&run_id).await?;
         for row in rows {

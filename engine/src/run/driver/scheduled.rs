@@ -7,7 +7,6 @@ use super::{Driver, Error, Watcher};
 use crate::executor::{Executor, Handle, Reason};
 use crate::run::admission::Scheduler;
 use crate::store::{self, Event, Placed};
-use crate::time::now_ms;
 
 /// At most this many steps of one run wait on the cluster at once.
 const MAX_WAITING: usize = 256;
@@ -24,7 +23,7 @@ impl<E: Executor> Driver<E> {
         watcher: &mut dyn Watcher,
     ) -> Result<(), Error> {
         let scheduling = scheduler.scheduling();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let ready: Vec<usize> = self
             .queued
             .iter()
@@ -124,7 +123,7 @@ impl<E: Executor> Driver<E> {
                 .flatten();
             if rate.is_some()
                 && let Some(until) = self.rate_wake
-                && until > now_ms()
+                && until > self.clock.now_ms()
             {
                 // Known not due yet: no launch is prepared only to be put back.
                 let reason = scheduling.rate_reason(&ask.team);
@@ -149,7 +148,7 @@ impl<E: Executor> Driver<E> {
                     rate.map(|interval_ms| store::Rate {
                         team: ask.team.as_str(),
                         interval_ms,
-                        now: now_ms(),
+                        now: self.clock.now_ms(),
                     }),
                     |held| scheduling.place(held, ask, &nodes),
                 )

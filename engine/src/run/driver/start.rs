@@ -13,7 +13,6 @@ use crate::run::launch::{self, Stop};
 use crate::run::state::{attempt as at, step as st};
 use crate::spec::model::Step;
 use crate::store::{AttemptRow, StepRow};
-use crate::time::{now_ms, now_rfc3339};
 
 /// How often a step waiting for CPU or memory held by other runs tries again.
 pub(super) const CAPACITY_POLL: Duration = Duration::from_millis(100);
@@ -36,7 +35,7 @@ impl<E: Executor> Driver<E> {
             return self.start_scheduled(&scheduler, watcher).await;
         }
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
-        let now = now_ms();
+        let now = self.clock.now_ms();
         // In batches: collecting the whole queue each time would make long queues quadratic.
         loop {
             let room = limit.saturating_sub(self.live.len()).min(64);
@@ -166,7 +165,7 @@ impl<E: Executor> Driver<E> {
             return self.commit_row(idx, watcher).await.map(|()| None);
         }
         let handle = self.executor.prepare(&id, &launch).await?;
-        let now = now_rfc3339();
+        let now = self.clock.now_rfc3339();
         let attempt = AttemptRow {
             step: self.rows[idx].name.clone(),
             number,
@@ -241,7 +240,7 @@ impl<E: Executor> Driver<E> {
                     exit_code: None,
                     signal: None,
                     started_at,
-                    ended_at: now_rfc3339(),
+                    ended_at: self.clock.now_rfc3339(),
                     reason: Some(e.to_string()),
                     metrics: BTreeMap::new(),
                 };
