@@ -320,7 +320,7 @@ impl Stall {
         let Some(gone) = crate::run::engine::gone(row) else {
             return false;
         };
-        let _ = crate::run::reap::collect(store, None).await;
+        let _ = crate::run::reap::collect(store, None, &crate::clock::SystemClock).await;
         let running = store
             .attempts(&row.id)
             .await

@@ -199,10 +199,12 @@ async fn drive(
 ) -> Result<Outcome, Error> {
     let store = service.store();
     // Room held by runs whose engine died is given back before this one waits for it.
-    if let Err(e) = run::reap::collect(store, Some(id)).await {
+    if let Err(e) = run::reap::collect(store, Some(id), service.clock().as_ref()).await {
         tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
     }
-    let opened = match Driver::open(store.clone(), id).await {
+    // This process drives one run: its scheduler is its own.
+    let schedulers = run::admission::Schedulers::default();
+    let opened = match Driver::open(store.clone(), id, &schedulers, service.clock().clone()).await {
         // A run this version cannot drive (what it holds cannot be read or expanded) ends
         // `Failed`, saying why, rather than staying `Running` with no engine.
         Err(run::driver::Error::Invalid(why)) => {
@@ -367,9 +369,10 @@ pub async fn cancel(home: &Home, args: &CancelArgs, format: Format) -> Result<Ou
         Err(e) => return Err(e.into()),
     };
     let mut told = false;
+    let schedulers = run::admission::Schedulers::default();
     loop {
         // If no engine holds the run, this process carries the cancellation out.
-        match Driver::open(store.clone(), &id).await? {
+        match Driver::open(store.clone(), &id, &schedulers, service.clock().clone()).await? {
             Ok(driver) => {
                 let mut progress = Progress::new(format == Format::Json || args.run.quiet);
                 driver.drive(&mut progress, None).await?;

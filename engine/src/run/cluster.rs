@@ -2,14 +2,16 @@
 //! file's nodes (virtual on one machine: a node is a share of this machine with its own GPU
 //! indices), instead of the machine's CPU and memory pool.
 //!
-//! Each engine runs the scheduling cycle over every run's waiting and running steps on this
-//! home (the store keeps them), and acts only for its own: it starts the steps admitted, asks
-//! the runtimes of the victims chosen for its steps to stop (the `preempt` terminate file,
-//! as `sluice preempt` does), and shows the others' reasons. The cycle is deterministic, so
-//! engines looking at the same rows decide alike; starting an attempt re-checks its nodes in
-//! the transaction that records it, so no node is ever overcommitted.
+//! A cycle runs over every run's waiting and running steps on this home (the store keeps
+//! them) and decides for every run at once; the process's scheduler (`run::admission`) runs
+//! it for all the runs the process drives and hands each driver its run's [`Verdict`]. A
+//! driver acts only for its own run: it starts the steps admitted, asks the runtimes of the
+//! victims chosen for its steps to stop (the `preempt` terminate file, as `sluice preempt`
+//! does), and shows the others' reasons. The cycle is deterministic, so engines looking at
+//! the same rows decide alike; starting an attempt re-checks its nodes in the transaction
+//! that records it, so no node is ever overcommitted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -46,8 +48,8 @@ pub struct Scheduling {
     config: Config,
 }
 
-/// What one cycle decided for this run's steps.
-#[derive(Debug, Default)]
+/// What one cycle decided for one run's steps.
+#[derive(Clone, Debug, Default)]
 pub struct Verdict {
     /// Step name, the node of each worker.
     pub admit: Vec<(String, Vec<usize>)>,
@@ -57,6 +59,9 @@ pub struct Verdict {
     /// victim's run and step and the step it makes room for.
     pub preempt: Vec<(String, String, String, String)>,
 }
+
+/// What one cycle decided, by run id: every run with a step waiting has its verdict.
+pub type Verdicts = HashMap<String, Verdict>;
 
 impl Scheduling {
     pub fn new(spec: ClusterSpec) -> Scheduling {
@@ -100,15 +105,10 @@ impl Scheduling {
     }
 
     /// One scheduling cycle over what `held` and `waiting` say (every run's), at `now` (unix
-    /// ms); the decisions for the steps of run `run`. A running attempt whose request or nodes
-    /// cannot be read is an error naming it: leaving it out would give its room away twice.
-    pub fn cycle(
-        &self,
-        run: &str,
-        held: &[Claim],
-        waiting: &[Claim],
-        now: i64,
-    ) -> Result<Verdict, String> {
+    /// ms); the decisions for the steps of every run that has one waiting. A running attempt
+    /// whose request or nodes cannot be read is an error naming it: leaving it out would give
+    /// its room away twice.
+    pub fn cycle(&self, held: &[Claim], waiting: &[Claim], now: i64) -> Result<Verdicts, String> {
         let mut config = self.config.clone();
         let now = u64::try_from(now).unwrap_or(0);
         let mut running = Vec::with_capacity(held.len());
@@ -134,21 +134,24 @@ impl Scheduling {
         let mut settings = config.settings.clone();
         settings.now = now;
         let decisions = scheduler::cycle(&config.cluster, &running, &jobs, &settings);
-        let waiter = |id: u64| {
-            id.checked_sub(base)
-                .and_then(|i| waiting.get(i as usize))
-                .filter(|c| c.run_id == run)
-        };
-        let mut verdict = Verdict::default();
+        let waiter = |id: u64| id.checked_sub(base).and_then(|i| waiting.get(i as usize));
+        let mut verdicts = Verdicts::new();
+        for c in waiting {
+            verdicts.entry(c.run_id.clone()).or_default();
+        }
         for d in decisions {
             match d {
                 Decision::Admit { job, nodes } => {
-                    if let Some(c) = waiter(job) {
+                    if let Some(c) = waiter(job)
+                        && let Some(verdict) = verdicts.get_mut(&c.run_id)
+                    {
                         verdict.admit.push((c.step.clone(), nodes));
                     }
                 }
                 Decision::Wait { job, reason } => {
-                    if let Some(c) = waiter(job) {
+                    if let Some(c) = waiter(job)
+                        && let Some(verdict) = verdicts.get_mut(&c.run_id)
+                    {
                         let reason = if reason.starts_with("waiting") {
                             reason
                         } else {
@@ -160,6 +163,7 @@ impl Scheduling {
                 Decision::Preempt { victim, job } => {
                     if let (Some(c), Some(v)) = (waiter(job), held.get(victim as usize))
                         && let Some(dir) = &v.dir
+                        && let Some(verdict) = verdicts.get_mut(&c.run_id)
                     {
                         verdict.preempt.push((
                             dir.clone(),
@@ -171,7 +175,7 @@ impl Scheduling {
                 }
             }
         }
-        Ok(verdict)
+        Ok(verdicts)
     }
 
     /// Whether `ask`'s workers still fit on `nodes` given what runs (`held`), and if so the GPU
@@ -393,19 +397,38 @@ spec:
         );
     }
 
+    /// One cycle's verdict for run `run`.
+    fn verdict_of(
+        s: &Scheduling,
+        run: &str,
+        held: &[Claim],
+        waiting: &[Claim],
+        now: i64,
+    ) -> Result<Verdict, String> {
+        s.cycle(held, waiting, now)
+            .map(|mut v| v.remove(run).unwrap_or_default())
+    }
+
     #[test]
-    fn a_cycle_decides_for_this_runs_steps_only() {
+    fn a_cycle_decides_for_every_run_each_its_own_steps() {
         let s = lab();
         let waits = [
             waiting("other", "first", &ask(4, 1), 1),
             waiting("mine", "second", &ask(4, 1), 2),
             waiting("mine", "third", &ask(4, 1), 3),
         ];
-        let v = s.cycle("mine", &[], &waits, 10).expect("a cycle");
+        let all = s.cycle(&[], &waits, 10).expect("a cycle");
+        assert_eq!(all.len(), 2, "{all:?}");
         // The other run's older step takes a node (its engine starts it); this run's next
         // one takes the other node; the last one waits, with a reason.
+        let other = &all["other"];
+        assert_eq!(other.admit.len(), 1, "{other:?}");
+        assert_eq!(other.admit[0].0, "first");
+        assert!(other.wait.is_empty(), "{other:?}");
+        let v = &all["mine"];
         assert_eq!(v.admit.len(), 1, "{v:?}");
         assert_eq!(v.admit[0].0, "second");
+        assert_ne!(v.admit[0].1, other.admit[0].1, "one node each");
         assert_eq!(v.wait.len(), 1, "{v:?}");
         assert_eq!(v.wait[0].0, "third");
         assert!(v.wait[0].1.starts_with("waiting"), "{}", v.wait[0].1);
@@ -419,14 +442,14 @@ spec:
         let running = [held("r1", "explore", &low, &[0, 1], "0,1,2,3,0,1,2,3")];
         let mut high = ask(4, 1);
         high.priority = 1000;
-        let v = s
-            .cycle(
-                "r2",
-                &running,
-                &[waiting("r2", "urgent", &high, 5)],
-                1_000_000,
-            )
-            .expect("a cycle");
+        let v = verdict_of(
+            &s,
+            "r2",
+            &running,
+            &[waiting("r2", "urgent", &high, 5)],
+            1_000_000,
+        )
+        .expect("a cycle");
         assert_eq!(v.preempt.len(), 1, "{v:?}");
         assert_eq!(v.preempt[0].0, "/attempts/r1/explore.1");
         assert_eq!(v.preempt[0].3, "urgent");
@@ -438,8 +461,7 @@ spec:
         let s = lab();
         let mut broken = held("r1", "a", &ask(2, 1), &[0], "0,1");
         broken.job = "{not json".into();
-        let err = s
-            .cycle("mine", std::slice::from_ref(&broken), &[], 10)
+        let err = verdict_of(&s, "mine", std::slice::from_ref(&broken), &[], 10)
             .expect_err("an unreadable claim");
         assert!(err.contains("run r1") && err.contains("'a'"), "{err}");
         // Nor does placing onto the nodes believe the room is free.

@@ -5,6 +5,7 @@
 //! store before acting on it: an attempt is recorded (and its resources reserved) before its
 //! runtime is started, and an attempt's end is committed before the steps after it start.
 
+pub mod admission;
 pub mod cache;
 pub mod cluster;
 pub mod driver;

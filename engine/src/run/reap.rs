@@ -18,9 +18,9 @@ use sluice_runtime::contract::{self, End};
 
 use super::engine;
 use super::state::attempt as at;
+use crate::clock::Clock;
 use crate::executor::local::probe::{Probe, probe};
 use crate::store::{self, AttemptRow, Store};
-use crate::time::now_rfc3339;
 
 /// What a collection found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +32,14 @@ pub struct Collected {
 }
 
 /// Records the ends of the attempts of runs whose engine is gone (except run `except`, the
-/// caller's own). Errors reading one attempt's folder leave that attempt for the next time.
-pub async fn collect(store: &Store, except: Option<&str>) -> Result<Collected, store::Error> {
-    let now = crate::time::now_ms();
+/// caller's own), judged at `clock`'s time. Errors reading one attempt's folder leave that
+/// attempt for the next time.
+pub async fn collect(
+    store: &Store,
+    except: Option<&str>,
+    clock: &dyn Clock,
+) -> Result<Collected, store::Error> {
+    let now = clock.now_ms();
     let dead =
         |holder: &Option<store::Holder>| holder.as_ref().is_none_or(|h| !engine::alive(h, now));
     let orphans = store.running_attempts().await?;
@@ -48,7 +53,7 @@ pub async fn collect(store: &Store, except: Option<&str>) -> Result<Collected, s
         let Ok(found) = probe(Path::new(&o.attempt.dir)) else {
             continue;
         };
-        if let Some(a) = ended_row(o.attempt, found, o.cancel_requested) {
+        if let Some(a) = ended_row(o.attempt, found, o.cancel_requested, clock) {
             ended.push((o.run_id, a));
         }
     }
@@ -67,8 +72,14 @@ pub async fn collect(store: &Store, except: Option<&str>) -> Result<Collected, s
     })
 }
 
-/// The attempt's row with the end its folder shows, or None while it runs.
-fn ended_row(mut a: AttemptRow, found: Probe, cancelled: bool) -> Option<AttemptRow> {
+/// The attempt's row with the end its folder shows (a runtime that died: at `clock`'s time),
+/// or None while it runs.
+fn ended_row(
+    mut a: AttemptRow,
+    found: Probe,
+    cancelled: bool,
+    clock: &dyn Clock,
+) -> Option<AttemptRow> {
     match found {
         Probe::Alive => return None,
         Probe::Ended(result) => {
@@ -86,7 +97,7 @@ fn ended_row(mut a: AttemptRow, found: Probe, cancelled: bool) -> Option<Attempt
         Probe::Vanished(reason) => {
             a.state = at::LOST.into();
             a.reason = Some(reason);
-            a.ended_at = Some(now_rfc3339());
+            a.ended_at = Some(clock.now_rfc3339());
         }
     }
     Some(a)
@@ -107,7 +118,11 @@ pub fn record_end(a: &mut AttemptRow, result: &contract::Result) {
 /// The result an attempt collected by another process ended with, for the engine that resumes
 /// its run: as its executor still `recorded` it, else rebuilt from its row (the record is
 /// gone).
-pub fn result_of(a: &AttemptRow, recorded: Option<contract::Result>) -> Option<contract::Result> {
+pub fn result_of(
+    a: &AttemptRow,
+    recorded: Option<contract::Result>,
+    clock: &dyn Clock,
+) -> Option<contract::Result> {
     if let Some(r) = recorded {
         return Some(r);
     }
@@ -123,7 +138,7 @@ pub fn result_of(a: &AttemptRow, recorded: Option<contract::Result>) -> Option<c
         exit_code: a.exit_code.and_then(|c| i32::try_from(c).ok()),
         signal: a.signal.and_then(|s| i32::try_from(s).ok()),
         started_at: a.started_at.clone(),
-        ended_at: a.ended_at.clone().unwrap_or_else(now_rfc3339),
+        ended_at: a.ended_at.clone().unwrap_or_else(|| clock.now_rfc3339()),
         reason: a.reason.clone(),
         metrics: a
             .metrics
@@ -138,6 +153,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::clock::{ManualClock, SystemClock};
 
     fn result(end: End) -> contract::Result {
         contract::Result {
@@ -164,7 +180,10 @@ mod tests {
 
     #[test]
     fn an_attempt_still_running_is_not_collected() {
-        assert_eq!(ended_row(running(), Probe::Alive, false), None);
+        assert_eq!(
+            ended_row(running(), Probe::Alive, false, &SystemClock),
+            None
+        );
     }
 
     #[test]
@@ -176,8 +195,13 @@ mod tests {
             (End::Terminated, true, at::CANCELLED),
             (End::Terminated, false, at::PREEMPTED),
         ] {
-            let row = ended_row(running(), Probe::Ended(Box::new(result(end))), cancelled)
-                .expect("an ended attempt is collected");
+            let row = ended_row(
+                running(),
+                Probe::Ended(Box::new(result(end))),
+                cancelled,
+                &SystemClock,
+            )
+            .expect("an ended attempt is collected");
             assert_eq!(row.state, state, "{end:?}, cancelled: {cancelled}");
             assert_eq!(row.exit_code, Some(1));
             assert_eq!(row.reason.as_deref(), Some("why"));
@@ -187,11 +211,13 @@ mod tests {
     }
 
     #[test]
-    fn a_vanished_runtime_is_a_lost_attempt_with_its_reason() {
-        let row =
-            ended_row(running(), Probe::Vanished("it died".into()), false).expect("collected");
+    fn a_vanished_runtime_is_a_lost_attempt_with_its_reason_ended_at_the_clocks_time() {
+        let clock =
+            ManualClock::new(crate::time::parse("2026-12-02T19:00:00.000Z").expect("valid"));
+        let row = ended_row(running(), Probe::Vanished("it died".into()), false, &clock)
+            .expect("collected");
         assert_eq!(row.state, at::LOST);
         assert_eq!(row.reason.as_deref(), Some("it died"));
-        assert!(row.ended_at.is_some());
+        assert_eq!(row.ended_at.as_deref(), Some("2026-12-02T19:00:00.000Z"));
     }
 }

@@ -49,6 +49,11 @@ impl Service {
         &self.store
     }
 
+    /// Where the time comes from (the engines this process drives read the same).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The run `reference` names (an id, a prefix, `@latest`, `NAME@latest`), if the
     /// principal sees its team; another team's run is not found, with the message of a run
     /// that does not exist.

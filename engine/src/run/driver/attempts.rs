@@ -12,7 +12,6 @@ use crate::run::state::{attempt as at, step as st};
 use crate::run::transitions::{self, Ended, Outcome};
 use crate::spec::model::Step;
 use crate::store::{AttemptRow, Change, Event};
-use crate::time::{now_ms, now_rfc3339};
 
 impl<E: Executor> Driver<E> {
     /// What the executor reports of an attempt: its end, or that it is lost.
@@ -57,7 +56,7 @@ impl<E: Executor> Driver<E> {
             let lost = (a.state == at::LOST).then(|| a.reason.clone().unwrap_or_default());
             let live = Live::new(a);
             let recorded = self.executor.result(&live.handle).await;
-            let result = crate::run::reap::result_of(&live.attempt, recorded);
+            let result = crate::run::reap::result_of(&live.attempt, recorded, self.clock.as_ref());
             self.live.insert(step.clone(), live);
             match lost {
                 Some(reason) => self.lose_attempt(&step, reason).await?,
@@ -104,7 +103,7 @@ impl<E: Executor> Driver<E> {
         let mut attempt = live.attempt;
         attempt.state = at::LOST.into();
         attempt.reason = Some(reason.clone());
-        attempt.ended_at = Some(now_rfc3339());
+        attempt.ended_at = Some(self.clock.now_rfc3339());
         let idx = self.index_of(name)?;
         let step = self.step_of(&self.rows[idx])?.clone();
         let outcome = self.decide(idx, &step, attempt.number, Ended::Lost(&reason), None);
@@ -247,7 +246,7 @@ impl<E: Executor> Driver<E> {
             number,
             ended,
             sweeping::STOPPING,
-            now_ms(),
+            self.clock.now_ms(),
         )
     }
 

@@ -10,7 +10,6 @@ use crate::executor::{Executor, Reason};
 use crate::run::engine::{self, LEASE_MS};
 use crate::run::state::{run as rs, step as st};
 use crate::store::{Change, Event};
-use crate::time::now_ms;
 
 /// How often the store is asked whether another process cancelled the run.
 const CANCEL_POLL: Duration = Duration::from_millis(300);
@@ -18,9 +17,9 @@ const CANCEL_POLL: Duration = Duration::from_millis(300);
 /// (`run::reap`), so that what they held is free again.
 const REAP_EVERY: Duration = Duration::from_secs(1);
 
-/// How long until unix time `at` (ms), from now.
-fn until(at: i64) -> Duration {
-    Duration::from_millis(u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0))
+/// How long until unix time `at` (ms), from `now` (ms).
+fn until(at: i64, now: i64) -> Duration {
+    Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
 }
 
 impl<E: Executor> Driver<E> {
@@ -44,18 +43,19 @@ impl<E: Executor> Driver<E> {
                 return Ok(Ending::Ended(state));
             }
             let mut wait = Duration::from_secs(1);
+            let now = self.clock.now_ms();
             if let Some(nb) = self.next_not_before() {
-                wait = wait.min(until(nb));
+                wait = wait.min(until(nb, now));
             }
             if !self.queued.is_empty() && self.ready_queued() {
                 wait = wait.min(super::start::CAPACITY_POLL);
             }
-            if let Some(at) = self.rate_wake.filter(|&at| at > now_ms()) {
+            if let Some(at) = self.rate_wake.filter(|&at| at > now) {
                 // A trial held back by its team's rate limit starts on time, not a poll late.
-                wait = wait.min(until(at));
+                wait = wait.min(until(at, now));
             }
             if let Some(d) = self.deadline {
-                wait = wait.min(until(d));
+                wait = wait.min(until(d, now));
             }
             wait = wait.min(CANCEL_POLL);
             // Nothing more to start now: what was decided is committed before waiting.
@@ -89,7 +89,10 @@ impl<E: Executor> Driver<E> {
             if !self.queued.is_empty() && self.ready_queued() && last_reap.elapsed() >= REAP_EVERY {
                 // Steps wait for room: room held by runs whose engine died is given back.
                 last_reap = Instant::now();
-                if let Err(e) = crate::run::reap::collect(&self.store, Some(&self.run.id)).await {
+                if let Err(e) =
+                    crate::run::reap::collect(&self.store, Some(&self.run.id), self.clock.as_ref())
+                        .await
+                {
                     tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
                 }
             }
@@ -109,7 +112,7 @@ impl<E: Executor> Driver<E> {
                     self.cancel(Reason::Cancel).await;
                 }
                 if let Some(d) = self.deadline
-                    && now_ms() >= d
+                    && self.clock.now_ms() >= d
                     && !self.cancelling
                 {
                     watcher.note("the run timed out");
@@ -120,7 +123,7 @@ impl<E: Executor> Driver<E> {
             if last_lease.elapsed() >= Duration::from_millis((LEASE_MS / 3) as u64) {
                 last_lease = Instant::now();
                 self.check_home()?;
-                let now = now_ms();
+                let now = self.clock.now_ms();
                 if let Err(holder) = self
                     .store
                     .take_lease(
@@ -170,7 +173,7 @@ impl<E: Executor> Driver<E> {
         if self.backing_off.is_empty() {
             return !self.queued.is_empty();
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         self.queued
             .iter()
             .any(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))

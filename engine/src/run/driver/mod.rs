@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod advance;
@@ -27,13 +28,14 @@ mod sweeping;
 pub use load::pipeline_of;
 pub use sweeping::{Best, Report, TrialReport, report};
 
+use super::admission::{Scheduler, Schedulers};
 use super::engine::{self, LEASE_MS};
 use super::state::step as st;
+use crate::clock::Clock;
 use crate::executor::local::Local;
 use crate::executor::{self, AttemptId, Executor, Handle, Settings};
 use crate::spec::model::{Pipeline, Step};
 use crate::store::{self, AttemptRow, RunRow, StepRow, Store};
-use crate::time::now_ms;
 use rows::{Counts, Pending};
 
 #[derive(Debug, thiserror::Error)]
@@ -150,14 +152,17 @@ pub struct Driver<E: Executor = Local> {
     sweep_rows: HashMap<String, usize>,
     /// Trials asked to stop, committed and still to be told.
     to_terminate: Vec<String>,
-    /// Cluster mode (`--cluster`): the scheduler admits steps onto the file's nodes.
-    scheduling: Option<super::cluster::Scheduling>,
-    /// Whether the run has a Cluster (`scheduling` is taken out while a cycle runs).
+    /// Cluster mode (`--cluster`): the process's scheduler of the run's Cluster admits steps
+    /// onto the file's nodes.
+    scheduler: Option<Arc<Scheduler>>,
+    /// Whether the run has a Cluster.
     cluster_mode: bool,
     /// Cluster mode: whether this run has steps in the store's waiting list.
     registered: bool,
     /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
     rate_wake: Option<i64>,
+    /// Where the time of day comes from (the system's; a test's to set).
+    clock: Arc<dyn Clock>,
     /// The state store file's identity (device, inode) when the run was opened: a home removed
     /// or replaced under a running engine is an error, not a run that "succeeded" into a
     /// deleted file.
@@ -184,8 +189,8 @@ fn heartbeat_override() -> Option<Duration> {
 
 /// The runtime settings of a run: its Cluster's, else the defaults; the heartbeat timeout
 /// overridden by `SLUICE_HEARTBEAT_TIMEOUT`.
-fn settings_of(scheduling: Option<&super::cluster::Scheduling>) -> Settings {
-    let mut settings = scheduling.map_or_else(Settings::default, |s| s.settings());
+fn settings_of(scheduler: Option<&Scheduler>) -> Settings {
+    let mut settings = scheduler.map_or_else(Settings::default, |s| s.scheduling().settings());
     if let Some(timeout) = heartbeat_override() {
         settings.heartbeat_timeout = timeout;
     }
@@ -194,40 +199,47 @@ fn settings_of(scheduling: Option<&super::cluster::Scheduling>) -> Settings {
 
 impl Driver<Local> {
     /// Loads a run to drive it on this machine. Takes the run's lease unless a live engine
-    /// holds it.
-    pub async fn open(store: Store, run_id: &str) -> Result<Result<Driver, Ending>, Error> {
+    /// holds it. A run with a Cluster is scheduled by this process's scheduler of that
+    /// Cluster, from `schedulers` (the process's, over `store`). The time is read from
+    /// `clock`.
+    pub async fn open(
+        store: Store,
+        run_id: &str,
+        schedulers: &Schedulers,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Result<Driver, Ending>, Error> {
         let run = store.run(run_id).await?;
         if run.state != super::state::run::RUNNING {
             return Ok(Err(Ending::Ended(run.state)));
         }
-        let cluster = match &run.cluster {
-            Some(c) => Some(super::cluster::of_run(c).map_err(Error::Invalid)?),
+        let scheduler = match &run.cluster {
+            Some(c) => Some(schedulers.of(c).map_err(Error::Invalid)?),
             None => None,
         };
-        let scheduling = cluster.map(super::cluster::Scheduling::new);
-        let settings = settings_of(scheduling.as_ref());
+        let settings = settings_of(scheduler.as_deref());
         let objects = sluice_runtime::objects::Objects::open(&run.objects)?;
         let executor = Local::new(&store.home, run_id, objects.clone(), settings);
-        Driver::open_with(store, run, objects, executor, scheduling, settings).await
+        Driver::open_with(store, run, objects, executor, scheduler, settings, clock).await
     }
 }
 
 impl<E: Executor> Driver<E> {
-    /// Loads run `run` to drive it through `executor`, its objects in `objects`. Takes the
-    /// run's lease unless a live engine holds it.
+    /// Loads run `run` to drive it through `executor`, its objects in `objects`, reading the
+    /// time from `clock`. Takes the run's lease unless a live engine holds it.
     pub async fn open_with(
         store: Store,
         run: RunRow,
         objects: sluice_runtime::objects::Objects,
         executor: E,
-        scheduling: Option<super::cluster::Scheduling>,
+        scheduler: Option<Arc<Scheduler>>,
         settings: Settings,
+        clock: Arc<dyn Clock>,
     ) -> Result<Result<Driver<E>, Ending>, Error> {
         let run_id = run.id.clone();
         if run.state != super::state::run::RUNNING {
             return Ok(Err(Ending::Ended(run.state)));
         }
-        let now = now_ms();
+        let now = clock.now_ms();
         let me = engine::me(now + LEASE_MS);
         let owner = me.owner.clone();
         // An engine whose lease ran out, or whose process is gone, holds nothing.
@@ -297,11 +309,12 @@ impl<E: Executor> Driver<E> {
                 .collect(),
             sweeps,
             to_terminate: Vec::new(),
-            cluster_mode: scheduling.is_some(),
+            cluster_mode: scheduler.is_some(),
             // A run resumed may have rows there from its last engine: cleared at the first cycle.
             registered: true,
-            scheduling,
+            scheduler,
             rate_wake: None,
+            clock,
         };
         d.cancelling = d.store.cancel_requested(&run_id).await?;
         for row in rows {

@@ -5,7 +5,6 @@ use super::{Driver, Error, Watcher};
 use crate::executor::Executor;
 use crate::run::state::step as st;
 use crate::store::{AttemptRow, Change, Event, StepRow};
-use crate::time::now_rfc3339;
 
 /// How many rows of one step are in which kind of state.
 #[derive(Default, Clone, Copy)]
@@ -101,7 +100,7 @@ impl<E: Executor> Driver<E> {
             _ => {}
         }
         if st::is_terminal(state) {
-            self.rows[idx].ended_at = Some(now_rfc3339());
+            self.rows[idx].ended_at = Some(self.clock.now_rfc3339());
         }
         if done && let Some(deps) = self.dependents.get(&step) {
             self.dirty.extend(deps.iter().copied());

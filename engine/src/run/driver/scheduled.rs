@@ -1,27 +1,29 @@
-//! Cluster mode: starting steps the scheduler admits onto the Cluster's nodes, and asking
-//! the victims it chose for them to stop.
+//! Cluster mode: starting steps the process's scheduler admits onto the Cluster's nodes, and
+//! asking the victims it chose for them to stop.
 
 use std::collections::HashMap;
 
 use super::{Driver, Error, Watcher};
 use crate::executor::{Executor, Handle, Reason};
+use crate::run::admission::Scheduler;
 use crate::store::{self, Event, Placed};
-use crate::time::now_ms;
 
 /// At most this many steps of one run wait on the cluster at once.
 const MAX_WAITING: usize = 256;
 
 impl<E: Executor> Driver<E> {
-    /// Cluster mode: one scheduling cycle over every run's waiting and running steps; starts
-    /// this run's admitted steps on their nodes, asks the victims chosen for them to stop,
-    /// and gives the others their reasons. Queued rows past a cancellation or failFast end
-    /// as in machine mode.
+    /// Cluster mode: this run's waiting steps handed to the process's scheduler, whose cycle
+    /// over every run's waiting and running steps decides for them; starts this run's
+    /// admitted steps on their nodes, asks the victims chosen for them to stop, and gives the
+    /// others their reasons. Queued rows past a cancellation or failFast end as in machine
+    /// mode.
     pub(super) async fn start_scheduled(
         &mut self,
-        scheduling: &mut crate::run::cluster::Scheduling,
+        scheduler: &Scheduler,
         watcher: &mut dyn Watcher,
     ) -> Result<(), Error> {
-        let now = now_ms();
+        let scheduling = scheduler.scheduling();
+        let now = self.clock.now_ms();
         let ready: Vec<usize> = self
             .queued
             .iter()
@@ -65,9 +67,9 @@ impl<E: Executor> Driver<E> {
         }
         let mut pending = std::mem::take(&mut self.pending);
         let before = pending.change();
-        let (held, waiting) = self.store.claims(&self.run.id, before, &mine, now).await?;
-        let verdict = scheduling
-            .cycle(&self.run.id, &held, &waiting, now)
+        let verdict = scheduler
+            .verdict(&self.store, &self.run.id, before, &mine, now)
+            .await?
             .map_err(Error::Invalid)?;
         // Victims are told once their preemption is committed (its event), each once.
         let mut victims = Vec::new();
@@ -121,7 +123,7 @@ impl<E: Executor> Driver<E> {
                 .flatten();
             if rate.is_some()
                 && let Some(until) = self.rate_wake
-                && until > now_ms()
+                && until > self.clock.now_ms()
             {
                 // Known not due yet: no launch is prepared only to be put back.
                 let reason = scheduling.rate_reason(&ask.team);
@@ -146,7 +148,7 @@ impl<E: Executor> Driver<E> {
                     rate.map(|interval_ms| store::Rate {
                         team: ask.team.as_str(),
                         interval_ms,
-                        now: now_ms(),
+                        now: self.clock.now_ms(),
                     }),
                     |held| scheduling.place(held, ask, &nodes),
                 )

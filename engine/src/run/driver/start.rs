@@ -13,7 +13,6 @@ use crate::run::launch::{self, Stop};
 use crate::run::state::{attempt as at, step as st};
 use crate::spec::model::Step;
 use crate::store::{AttemptRow, StepRow};
-use crate::time::{now_ms, now_rfc3339};
 
 /// How often a step waiting for CPU or memory held by other runs tries again.
 pub(super) const CAPACITY_POLL: Duration = Duration::from_millis(100);
@@ -32,14 +31,11 @@ pub(super) struct Ready {
 impl<E: Executor> Driver<E> {
     /// Starts queued steps while parallelism and the machine's pool allow.
     pub(super) async fn start_queued(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
-        if let Some(scheduling) = self.scheduling.take() {
-            let mut scheduling = scheduling;
-            let done = self.start_scheduled(&mut scheduling, watcher).await;
-            self.scheduling = Some(scheduling);
-            return done;
+        if let Some(scheduler) = self.scheduler.clone() {
+            return self.start_scheduled(&scheduler, watcher).await;
         }
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
-        let now = now_ms();
+        let now = self.clock.now_ms();
         // In batches: collecting the whole queue each time would make long queues quadratic.
         loop {
             let room = limit.saturating_sub(self.live.len()).min(64);
@@ -169,7 +165,7 @@ impl<E: Executor> Driver<E> {
             return self.commit_row(idx, watcher).await.map(|()| None);
         }
         let handle = self.executor.prepare(&id, &launch).await?;
-        let now = now_rfc3339();
+        let now = self.clock.now_rfc3339();
         let attempt = AttemptRow {
             step: self.rows[idx].name.clone(),
             number,
@@ -244,7 +240,7 @@ impl<E: Executor> Driver<E> {
                     exit_code: None,
                     signal: None,
                     started_at,
-                    ended_at: now_rfc3339(),
+                    ended_at: self.clock.now_rfc3339(),
                     reason: Some(e.to_string()),
                     metrics: BTreeMap::new(),
                 };

@@ -12,7 +12,6 @@ use crate::sweep::algorithm::{self, Algorithm};
 use crate::sweep::asha;
 use crate::sweep::space::Point;
 use crate::sweep::tpe;
-use crate::time::{now_ms, now_rfc3339};
 
 impl<E: Executor> Driver<E> {
     pub(in crate::run::driver) fn is_trial(&self, row: &StepRow) -> bool {
@@ -95,7 +94,7 @@ impl<E: Executor> Driver<E> {
 
     /// A controller row whose needs are met starts sweeping.
     pub(in crate::run::driver) fn start_sweep(&mut self, idx: usize) {
-        self.rows[idx].started_at = Some(now_rfc3339());
+        self.rows[idx].started_at = Some(self.clock.now_rfc3339());
         self.set_state(idx, st::RUNNING, Some("sweeping".into()));
     }
 
@@ -140,7 +139,7 @@ impl<E: Executor> Driver<E> {
                     .started_at
                     .as_deref()
                     .and_then(crate::time::parse_rfc3339)
-                && now_ms() >= started + d.as_millis() as i64
+                && self.clock.now_ms() >= started + d.as_millis() as i64
             {
                 let why = format!(
                     "maxDuration {} reached",
