@@ -239,7 +239,7 @@ impl Mixture {
 /// sparse, narrow where they cluster. The outermost kernels use their inner neighbour's
 /// distance on both sides rather than the distance to the bound (Optuna's
 /// `consider_endpoints=False`), which would make them needlessly wide.
-fn neighbour_sigmas(mus: &[f64], lo: f64, hi: f64) -> Vec<f64> {
+pub(super) fn neighbour_sigmas(mus: &[f64], lo: f64, hi: f64) -> Vec<f64> {
     let k = mus.len();
     // (value, index) pairs sorted in place: with 10,000 observations a sort by index
     // through `mus` cost a fifth of a proposal.
