@@ -10,6 +10,12 @@
 #   KEEP=1 keeps the homes (printed at the end) for a look at what a run leaves
 #   CLUSTER=1 also runs each pipeline with `--cluster` (one virtual node of this machine's
 #     cores): the scheduler's cycle and its rows, next to the machine's pool, in the same run
+#   BEFORE=PATH also times another build of sluice (its sluice-runtime beside it), e.g. the
+#     release binary of an older commit, in the same run: "before" next to "after"
+#     (BEFORE_LABEL names its row, e.g. BEFORE_LABEL="before, 2aede88")
+#   POSTGRES=URL also runs each pipeline with its state on PostgreSQL (`--state URL`), a fresh
+#     database per run created and dropped with psql, e.g.
+#     POSTGRES=postgres://postgres@127.0.0.1:5432/postgres
 #
 # Homes are fresh folders of one temporary folder, deleted only at the end: ext4 slows down
 # creating files next to many just-deleted ones (it skips "recently deleted" inodes), and
@@ -36,6 +42,8 @@ if [[ -z ${NO_BUILD:-} ]]; then
   cargo build --release -q -p sluice-engine -p sluice-runtime || die "cargo build failed"
 fi
 [[ -x $SLUICE ]] || die "$SLUICE not found"
+[[ -z ${BEFORE:-} || -x $BEFORE ]] || die "BEFORE=$BEFORE is not an executable"
+[[ -z ${POSTGRES:-} ]] || command -v psql >/dev/null || die "POSTGRES needs psql"
 [[ -x /usr/bin/time ]] || die "GNU time is needed (apt-get install -y time)"
 mkdir -p "$OUT"
 
@@ -62,6 +70,47 @@ else
   trap 'rm -f "$RSS_FILE" "$ERR"; rm -rf "$HOMES"' EXIT
 fi
 
+# print_floor N FLOOR_US: the xargs row.
+print_floor() {
+  awk -v n="$1" -v p="$P" -v f="$2" 'BEGIN {
+    printf "| %d | xargs -P%d sh -c true | %.2f | 1.00 | %.2f | |\n", n, p, f/1e6, f/1e3/n
+  }'
+}
+
+# once TAG COMMAND...: one run of COMMAND with a fresh home (and, where COMMAND holds @PG@, a
+# fresh PostgreSQL database in its place); appends its wall time and peak RSS to WALL[TAG]
+# and RSS[TAG].
+declare -A WALL RSS
+once() {
+  local tag=$1; shift
+  local home=$HOMES/noop-$tag-$n-$r db="" cmd=("$@")
+  if [[ " $* " == *" @PG@ "* ]]; then
+    db=sluice_bench_${tag}_${n}_${r}_$$
+    PGOPTIONS="-c client_min_messages=warning" psql -q "$POSTGRES" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null \
+      || die "cannot create database $db at $POSTGRES"
+    cmd=("${cmd[@]/@PG@/${POSTGRES%/*}/$db}")
+  fi
+  log "$n steps, $tag, run $r of $RUNS"
+  local t0 t1
+  t0=${EPOCHREALTIME//[.,]/}
+  SLUICE_HOME=$home /usr/bin/time -f '%M' -o "$RSS_FILE" "${cmd[@]}" >/dev/null 2>"$ERR" \
+    || { cat "$ERR" >&2; die "${cmd[*]} failed"; }
+  t1=${EPOCHREALTIME//[.,]/}
+  WALL[$tag]+="$((t1 - t0)) "
+  RSS[$tag]+="$(tail -n 1 "$RSS_FILE") "
+  [[ -z $db ]] || PGOPTIONS="-c client_min_messages=warning" psql -q "$POSTGRES" -c "DROP DATABASE $db" >/dev/null || true
+}
+
+# row N FLOOR_US TAG LABEL: the median row of TAG's runs.
+row() {
+  local wall_us rss_kib
+  wall_us=$(printf '%s\n' ${WALL[$3]} | median)
+  rss_kib=$(printf '%s\n' ${RSS[$3]} | median)
+  awk -v n="$1" -v l="$4" -v f="$2" -v w="$wall_us" -v r="$rss_kib" 'BEGIN {
+    printf "| %d | %s | %.2f | %.2f | %.2f | %.0f |\n", n, l, w/1e6, w/f, w/1e3/n, r/1024
+  }'
+}
+
 echo "| steps | what | wall s | ratio to xargs | ms/step | engine peak RSS MiB |"
 echo "| ---: | --- | ---: | ---: | ---: | ---: |"
 for n in $STEPS; do
@@ -75,41 +124,20 @@ for n in $STEPS; do
     floor+=($((t1 - t0)))
   done
   floor_us=$(printf '%s\n' "${floor[@]}" | median)
-  walls=(); rss=()
+  print_floor "$n" "$floor_us"
+  cluster=$OUT/noop-cluster.yaml
+  printf 'apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: here}\nspec:\n  pools:\n    - {name: here, nodes: 1, resources: {cpu: %d, memory: 64Gi}}\n' "$(nproc)" > "$cluster"
+  WALL=(); RSS=()
+  # The variants take turns run by run, so that the machine's drift (and ext4's inode
+  # allocation slowing as homes pile up) falls on each alike.
   for r in $(seq "$RUNS"); do
-    home=$HOMES/noop-$n-$r
-    log "$n steps, run $r of $RUNS"
-    t0=${EPOCHREALTIME//[.,]/}
-    SLUICE_HOME=$home /usr/bin/time -f '%M' -o "$RSS_FILE" "$SLUICE" run "$file" >/dev/null 2>"$ERR" \
-      || { cat "$ERR" >&2; die "sluice run $file failed"; }
-    t1=${EPOCHREALTIME//[.,]/}
-    walls+=($((t1 - t0)))
-    rss+=("$(tail -n 1 "$RSS_FILE")")
+    once plain "$SLUICE" run "$file"
+    [[ -z ${BEFORE:-} ]] || once before "$BEFORE" run "$file"
+    [[ -z ${POSTGRES:-} ]] || once pg "$SLUICE" --state @PG@ run "$file"
+    [[ -z ${CLUSTER:-} ]] || once cluster "$SLUICE" run "$file" --cluster "$cluster"
   done
-  wall_us=$(printf '%s\n' "${walls[@]}" | median)
-  rss_kib=$(printf '%s\n' "${rss[@]}" | median)
-  awk -v n="$n" -v p="$P" -v f="$floor_us" -v w="$wall_us" -v r="$rss_kib" 'BEGIN {
-    printf "| %d | xargs -P%d sh -c true | %.2f | 1.00 | %.2f | |\n", n, p, f/1e6, f/1e3/n
-    printf "| %d | sluice run (parallelism %d) | %.2f | %.2f | %.2f | %.0f |\n", n, p, w/1e6, w/f, w/1e3/n, r/1024
-  }'
-  if [[ -n ${CLUSTER:-} ]]; then
-    cluster=$OUT/noop-cluster.yaml
-    printf 'apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: here}\nspec:\n  pools:\n    - {name: here, nodes: 1, resources: {cpu: %d, memory: 64Gi}}\n' "$(nproc)" > "$cluster"
-    walls=(); rss=()
-    for r in $(seq "$RUNS"); do
-      home=$HOMES/noop-cluster-$n-$r
-      log "$n steps with --cluster, run $r of $RUNS"
-      t0=${EPOCHREALTIME//[.,]/}
-      SLUICE_HOME=$home /usr/bin/time -f '%M' -o "$RSS_FILE" "$SLUICE" run "$file" --cluster "$cluster" >/dev/null 2>"$ERR" \
-        || { cat "$ERR" >&2; die "sluice run $file --cluster failed"; }
-      t1=${EPOCHREALTIME//[.,]/}
-      walls+=($((t1 - t0)))
-      rss+=("$(tail -n 1 "$RSS_FILE")")
-    done
-    wall_us=$(printf '%s\n' "${walls[@]}" | median)
-    rss_kib=$(printf '%s\n' "${rss[@]}" | median)
-    awk -v n="$n" -v p="$P" -v f="$floor_us" -v w="$wall_us" -v r="$rss_kib" 'BEGIN {
-      printf "| %d | sluice run --cluster (parallelism %d) | %.2f | %.2f | %.2f | %.0f |\n", n, p, w/1e6, w/f, w/1e3/n, r/1024
-    }'
-  fi
+  row "$n" "$floor_us" plain "sluice run (parallelism $P)"
+  [[ -z ${BEFORE:-} ]] || row "$n" "$floor_us" before "sluice run, ${BEFORE_LABEL:-before} (parallelism $P)"
+  [[ -z ${POSTGRES:-} ]] || row "$n" "$floor_us" pg "sluice run, state on PostgreSQL (parallelism $P)"
+  [[ -z ${CLUSTER:-} ]] || row "$n" "$floor_us" cluster "sluice run --cluster (parallelism $P)"
 done
