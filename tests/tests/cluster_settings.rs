@@ -123,12 +123,15 @@ spec:
           import os, signal, time
           if os.environ["SLUICE_ATTEMPT"] != "1":
               raise SystemExit(0)
-          def term(*_):
-              open("term", "w").write("%.3f" % time.time())
-          signal.signal(signal.SIGTERM, term)
+          def note(name):
+              # Whole or not at all: SIGKILL may land between opening and writing.
+              with open(name + ".tmp", "w") as f:
+                  f.write("%.3f" % time.time())
+              os.replace(name + ".tmp", name)
+          signal.signal(signal.SIGTERM, lambda *_: note("term"))
           open("started", "w").write("")
           while True:
-              open("tick", "w").write("%.3f" % time.time())
+              note("tick")
               time.sleep(0.05)
 "#,
     );
