@@ -396,7 +396,11 @@ impl Objects {
 
     /// Feeds the content at `key` to `sink`: for a folder, each object's relative name and
     /// bytes in name order, so that equal trees give equal sequences (cache keys).
-    pub async fn read_into(&self, key: &str, sink: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
+    pub async fn read_into(
+        &self,
+        key: &str,
+        sink: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> Result<(), Error> {
         for (rel, object) in self.list_some(key).await? {
             sink(rel.as_bytes());
             sink(b"\0");

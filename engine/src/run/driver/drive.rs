@@ -246,3 +246,13 @@ impl<E: Executor> Driver<E> {
         self.stop_live(reason).await;
     }
 }
+
+/// A driver's future is `Send`, so that one process (the server) can drive many runs on
+/// tokio's worker threads: checked when this compiles.
+const _: () = {
+    fn send<T: Send>(_: &T) {}
+    #[allow(dead_code)]
+    fn check(driver: Driver, watcher: &mut dyn Watcher) {
+        send(&driver.drive(watcher, None));
+    }
+};

@@ -82,7 +82,7 @@ pub enum Interrupt {
 }
 
 /// What the driver tells whoever watches it (the progress view).
-pub trait Watcher {
+pub trait Watcher: Send {
     fn step(&mut self, row: &StepRow, total: usize, done: usize);
     fn note(&mut self, text: &str);
     /// A sweep's progress changed: trials ended of its budget, and one line (trials done,
