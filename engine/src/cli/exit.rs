@@ -113,9 +113,11 @@ impl Error {
 pub fn service_outcome(e: &crate::service::Error) -> Outcome {
     use crate::service::Error as E;
     match e {
-        E::NotFound(_) | E::Conflict { .. } | E::Invalid { .. } | E::Forbidden(_) => {
-            Outcome::Invalid
-        }
+        E::NotFound(_)
+        | E::Conflict { .. }
+        | E::Invalid { .. }
+        | E::Forbidden(_)
+        | E::Unauthenticated(_) => Outcome::Invalid,
         E::Unavailable(_) => Outcome::Unavailable,
     }
 }
@@ -132,6 +134,7 @@ mod tests {
             (E::conflict("run x is still running", "x", "Running"), 2),
             (E::invalid("--limit -1"), 2),
             (E::Forbidden("a viewer cannot submit runs".into()), 2),
+            (E::Unauthenticated("the token is expired".into()), 2),
             (E::io("cannot resolve x", std::io::Error::other("gone")), 3),
         ];
         for (e, code) in cases {

@@ -36,6 +36,9 @@ pub enum Error {
     /// The principal's role or team does not allow the operation.
     #[error("{0}")]
     Forbidden(String),
+    /// No principal: a token missing, unknown, expired or revoked (the message says which).
+    #[error("{0}")]
+    Unauthenticated(String),
     /// The state store, the object store, the file system or a process could not be used:
     /// trying again later may work.
     #[error(transparent)]
@@ -91,6 +94,7 @@ impl Error {
     pub fn status_code(&self) -> u16 {
         match self {
             Error::Invalid { .. } => 400,
+            Error::Unauthenticated(_) => 401,
             Error::Forbidden(_) => 403,
             Error::NotFound(_) => 404,
             Error::Conflict { .. } => 409,
@@ -166,6 +170,7 @@ mod tests {
             ),
             (Error::invalid("--limit -1: give a number of runs"), 400),
             (Error::Forbidden("a viewer cannot submit".into()), 403),
+            (Error::Unauthenticated("the token is revoked".into()), 401),
             (unavailable, 503),
         ];
         for (e, status) in cases {

@@ -19,6 +19,7 @@ mod resolve;
 pub mod submit;
 #[cfg(test)]
 mod tests;
+mod tokens;
 pub mod view;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use error::{Error, InTheWay, Io};
 pub use principal::{Principal, Role};
 pub use read::{Filter, Listing};
 pub use submit::{Checked, Request, Submitted};
+pub use tokens::{Authenticated, Created};
 pub use view::RunView;
 
 use crate::clock::Clock;

@@ -18,6 +18,14 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, least first.
+    pub const ALL: [Role; 3] = [Role::Viewer, Role::Member, Role::Admin];
+
+    /// The role named `name` (`viewer`, `member`, `admin`).
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",

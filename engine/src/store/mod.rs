@@ -21,6 +21,7 @@ mod runs;
 mod scheduling;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub use housekeeping::Marked;
 pub use location::{Location, choose, chosen};
 pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
 pub use scheduling::{Claim, Placed, Rate};
+pub use tokens::{AuditRow, TokenRow};
 
 /// How long a command waits for a store another process holds before it gives up (exit 3).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -859,3 +859,86 @@ async fn a_home_made_before_sqlx_migrations_is_adopted() {
     );
     let _ = std::fs::remove_dir_all(home);
 }
+
+fn token(id: &str, team: &str, hash: &str) -> TokenRow {
+    TokenRow {
+        id: id.into(),
+        name: Some(format!("{id}'s")),
+        team: team.into(),
+        role: "member".into(),
+        hash: hash.into(),
+        created_at: format!("2026-12-05T10:00:00.00{}Z", id.len()),
+        expires_at: None,
+        revoked_at: None,
+    }
+}
+
+conformance!(
+    tokens_are_found_by_hash_listed_per_team_and_revoked_once,
+    |store, backend| {
+        store
+            .insert_token(&token("t1", "vision", "h1"))
+            .await
+            .expect("insert");
+        store
+            .insert_token(&token("t22", "nlp", "h2"))
+            .await
+            .expect("insert");
+        // A hash is one token's: a second row with it is refused.
+        assert!(store.insert_token(&token("t3", "nlp", "h1")).await.is_err());
+        let found = store
+            .token_by_hash("h2")
+            .await
+            .expect("read")
+            .expect("found");
+        assert_eq!(found, token("t22", "nlp", "h2"));
+        assert_eq!(store.token_by_hash("nope").await.expect("read"), None);
+        let ids = |rows: Vec<TokenRow>| rows.into_iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(ids(store.tokens(None).await.expect("list")), ["t1", "t22"]);
+        assert_eq!(ids(store.tokens(Some("nlp")).await.expect("list")), ["t22"]);
+        let before = store
+            .revoke_token("t1", "2026-12-05T11:00:00.000Z")
+            .await
+            .expect("revoke");
+        assert_eq!(before.map(|t| t.revoked_at), Some(None));
+        store
+            .revoke_token("t1", "2026-12-05T12:00:00.000Z")
+            .await
+            .expect("revoke again");
+        let t1 = store
+            .token_by_hash("h1")
+            .await
+            .expect("read")
+            .expect("found");
+        assert_eq!(
+            t1.revoked_at.as_deref(),
+            Some("2026-12-05T11:00:00.000Z"),
+            "{backend}"
+        );
+        assert_eq!(
+            store
+                .revoke_token("t9", "2026-12-05T11:00:00.000Z")
+                .await
+                .expect("revoke"),
+            None
+        );
+    }
+);
+
+conformance!(the_audit_record_keeps_changes_in_order, |store, backend| {
+    for (i, action) in ["token create", "submit", "cancel"].into_iter().enumerate() {
+        let row = AuditRow {
+            at: format!("2026-12-05T10:00:0{i}.000Z"),
+            who: "t1".into(),
+            team: "vision".into(),
+            action: action.into(),
+            target: format!("run r{i}"),
+            result: "ok".into(),
+        };
+        store.audit(&row).await.expect("audit");
+    }
+    let record = store.audit_record().await.expect("record");
+    let actions: Vec<&str> = record.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(actions, ["token create", "submit", "cancel"], "{backend}");
+    assert_eq!(record[1].target, "run r1");
+});
