@@ -6,11 +6,13 @@
 //! `dag`.
 
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod dag;
 pub mod executor;
 pub mod run;
 pub mod scheduler;
+pub mod server;
 pub mod service;
 pub mod spec;
 pub mod store;

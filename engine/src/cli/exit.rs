@@ -54,6 +54,9 @@ pub enum Error {
     Driver(#[from] crate::run::driver::Error),
     #[error(transparent)]
     Service(#[from] crate::service::Error),
+    /// A request to a server (`--server`) failed or was refused.
+    #[error(transparent)]
+    Client(#[from] crate::client::Error),
 }
 
 impl Error {
@@ -67,6 +70,13 @@ impl Error {
             Error::Driver(D::Invalid(_)) => Outcome::Invalid,
             Error::Io { .. } | Error::Store(_) | Error::Driver(_) => Outcome::Unavailable,
             Error::Service(e) => service_outcome(e),
+            Error::Client(crate::client::Error::Unreachable { .. }) => Outcome::Unavailable,
+            // The request's fault (bad input, no or a bad token, another team's run, a role
+            // that may not) is 2, as in embedded mode; an overloaded or failing server is 3.
+            Error::Client(crate::client::Error::Refused(r)) => match r.status {
+                400..=428 => Outcome::Invalid,
+                _ => Outcome::Unavailable,
+            },
         }
     }
 
@@ -78,6 +88,11 @@ impl Error {
                 if !diagnostics.is_empty() =>
             {
                 super::output::diagnostics(diagnostics);
+            }
+            Error::Client(crate::client::Error::Refused(r)) if !r.rendered.is_empty() => {
+                for line in &r.rendered {
+                    super::output::say(line);
+                }
             }
             e => super::output::say(format_args!("sluice: error: {e}")),
         }

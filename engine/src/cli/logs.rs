@@ -1,21 +1,11 @@
-//! `sluice logs RUN [STEP] [-f] [--attempt N]`
-//!
-//! An attempt's log (`output.log` in its folder, kept in the object store once it ended) holds
-//! one line per line its program wrote: `TIME STREAM TEXT`, the stream being `out` or `err`
-//! (`out[2]` for worker 2 of a gang). Text output prints those lines as they are (marked with
-//! their step without STEP); `--output json` prints one JSON object per line.
-
-use std::collections::BTreeMap;
-use std::io::Seek;
-use std::path::PathBuf;
-use std::time::Duration;
-
-use serde::Serialize;
+//! `sluice logs RUN [STEP] [-f] [--attempt N]`: the lines `Service::stream_logs` gives,
+//! written to standard output (remarks on standard error). `--output json` prints one JSON
+//! object per line.
 
 use super::exit::{Error, Outcome};
 use super::output::{self, Format};
-use crate::run::state::{attempt, run as rs};
-use crate::store::{AttemptRow, Store};
+use crate::service::logs::{Query, Sink};
+use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -32,331 +22,39 @@ pub struct Args {
     pub attempt: Option<i64>,
 }
 
-/// How often `-f` looks for new lines and attempts.
-const FOLLOW_EVERY: Duration = Duration::from_millis(200);
-
-fn log_path(a: &AttemptRow) -> PathBuf {
-    PathBuf::from(&a.dir).join(sluice_runtime::contract::LOG_FILE)
-}
-
-/// One line of a log, as `--output json` prints it.
-#[derive(Debug, Serialize)]
-struct Line<'a> {
-    time: &'a str,
-    step: &'a str,
-    attempt: i64,
-    worker: u32,
-    stream: &'a str,
-    line: &'a str,
-}
-
-/// Prints log lines of one attempt, in the chosen format.
-struct Printer {
-    format: Format,
-    /// Mark each text line with its step and attempt (every step's logs at once).
-    mark: bool,
-}
-
-impl Printer {
-    /// Prints the whole lines of `bytes` (a piece of attempt `a`'s log).
-    fn print(&self, a: &AttemptRow, bytes: &[u8]) -> Result<(), Error> {
-        if bytes.is_empty() {
-            return Ok(());
+impl Args {
+    pub fn query(&self, format: Format) -> Query {
+        Query {
+            run: self.run.clone(),
+            step: self.step.clone(),
+            follow: self.follow,
+            attempt: self.attempt,
+            json: format == Format::Json,
         }
-        output::text(|out| {
-            for raw in bytes.split_inclusive(|b| *b == b'\n') {
-                let text = String::from_utf8_lossy(raw);
-                let text = text.trim_end_matches(['\n', '\r']);
-                match self.format {
-                    Format::Json => {
-                        let (time, rest) = text.split_once(' ').unwrap_or(("", text));
-                        let (stream, line) = rest.split_once(' ').unwrap_or((rest, ""));
-                        let (stream, worker) = match stream.split_once('[') {
-                            Some((s, w)) => (s, w.trim_end_matches(']').parse().unwrap_or(0)),
-                            None => (stream, 0),
-                        };
-                        let v = Line {
-                            time,
-                            step: &a.step,
-                            attempt: a.number,
-                            worker,
-                            stream,
-                            line,
-                        };
-                        serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::from)?;
-                        writeln!(out)?;
-                    }
-                    Format::Text if self.mark => {
-                        writeln!(out, "[{} #{}] {text}", a.step, a.number)?
-                    }
-                    Format::Text => writeln!(out, "{text}")?,
-                }
-            }
-            Ok(())
-        })
-        .map_err(Error::output)
+    }
+}
+
+/// Standard output, flushed line by line; a closed pipe (`| head`) ends nothing in error.
+pub struct Stdout;
+
+impl Sink for Stdout {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        output::text(|out| out.write_all(bytes))
+    }
+
+    fn note(&mut self, text: &str) {
+        output::say(text);
     }
 }
 
 pub async fn run(store: &Store, args: &Args, format: Format) -> Result<Outcome, Error> {
     let service = crate::service::Service::new(store.clone(), crate::clock::system());
-    let (id, _, attempts) = service
-        .logs(
+    service
+        .stream_logs(
             &crate::service::Principal::local(),
-            &args.run,
-            args.step.as_deref(),
+            &args.query(format),
+            &mut Stdout,
         )
         .await?;
-    let Some(step) = &args.step else {
-        let printer = Printer { format, mark: true };
-        return every_step(store, &id, args.follow, &printer).await;
-    };
-    let printer = Printer {
-        format,
-        mark: false,
-    };
-    let mine: Vec<&AttemptRow> = attempts.iter().filter(|a| &a.step == step).collect();
-    if mine.is_empty() {
-        if let Some(n) = args.attempt {
-            return Err(Error::Usage(format!(
-                "step '{step}' has no attempt {n} yet"
-            )));
-        }
-        if !args.follow {
-            output::say(format_args!("step '{step}' has not started yet"));
-            return Ok(Outcome::Success);
-        }
-        // Following a step that has not started: wait for its first attempt.
-        follow_step(store, &id, step, None, &printer).await?;
-        return Ok(Outcome::Success);
-    }
-    let pick = match args.attempt {
-        Some(n) => mine.into_iter().find(|a| a.number == n).ok_or_else(|| {
-            Error::Usage(format!(
-                "step '{step}' has no attempt {n} (it has attempts 1 to {})",
-                attempts
-                    .iter()
-                    .filter(|a| &a.step == step)
-                    .map(|a| a.number)
-                    .max()
-                    .unwrap_or(0)
-            ))
-        })?,
-        None => mine
-            .into_iter()
-            .max_by_key(|a| a.number)
-            .ok_or_else(|| Error::Usage(format!("step '{step}' has no attempts")))?,
-    };
-    let shown = print_whole(store, &id, pick, &printer).await?;
-    // An older attempt has ended: there is nothing more to follow in it.
-    if args.follow
-        && args
-            .attempt
-            .is_none_or(|n| pick.state == attempt::RUNNING && n == pick.number)
-    {
-        follow_step(store, &id, step, Some((pick.number, shown)), &printer).await?;
-    }
     Ok(Outcome::Success)
-}
-
-/// Prints an attempt's log: from its folder, or, once that is gone, from the object store
-/// the runtime's log was kept in. Returns how many bytes of the local file were printed.
-async fn print_whole(
-    store: &Store,
-    run: &str,
-    a: &AttemptRow,
-    printer: &Printer,
-) -> Result<u64, Error> {
-    let (text, local) = match std::fs::read(log_path(a)) {
-        Ok(bytes) => (bytes, true),
-        Err(_) => (stored_log(store, run, a).await.unwrap_or_default(), false),
-    };
-    // Whole lines only from a file still being written; a partial last line waits.
-    let upto = if local && a.state == attempt::RUNNING {
-        text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)
-    } else {
-        text.len()
-    };
-    printer.print(a, &text[..upto])?;
-    Ok(if local { upto as u64 } else { 0 })
-}
-
-/// The copy of an ended attempt's log in the run's object store, if there is one.
-async fn stored_log(store: &Store, run: &str, a: &AttemptRow) -> Option<Vec<u8>> {
-    let row = store.run(run).await.ok()?;
-    let objects = sluice_runtime::objects::Objects::open(&row.objects).ok()?;
-    let key = format!(
-        "{}/logs/output.log",
-        crate::run::launch::object_key(&row.team, run, &a.step, a.number)
-    );
-    objects.get_bytes(&key).await.ok().flatten()
-}
-
-/// Every step's latest attempt, oldest first; with `follow`, then every new line of every
-/// attempt (a retry's or a later step's included) until the run has ended.
-async fn every_step(
-    store: &Store,
-    run: &str,
-    follow: bool,
-    printer: &Printer,
-) -> Result<Outcome, Error> {
-    let attempts = store.attempts(run).await?;
-    let mut latest: BTreeMap<&str, &AttemptRow> = BTreeMap::new();
-    for a in &attempts {
-        let e = latest.entry(a.step.as_str()).or_insert(a);
-        if a.number > e.number {
-            *e = a;
-        }
-    }
-    let mut chosen: Vec<&AttemptRow> = latest.into_values().collect();
-    chosen.sort_by(|a, b| a.started_at.cmp(&b.started_at));
-    // Where each attempt's local log was printed up to; older attempts are not followed.
-    let mut offsets: BTreeMap<(String, i64), u64> = BTreeMap::new();
-    for a in &attempts {
-        offsets.insert((a.step.clone(), a.number), u64::MAX);
-    }
-    for a in chosen {
-        let shown = print_whole(store, run, a, printer).await?;
-        // A running attempt's log is created at its first line: one not there yet is followed
-        // from its start, not taken for a log moved away.
-        let local_gone = a.state != attempt::RUNNING && !log_path(a).is_file();
-        offsets.insert(
-            (a.step.clone(), a.number),
-            if local_gone { u64::MAX } else { shown },
-        );
-    }
-    if !follow {
-        return Ok(Outcome::Success);
-    }
-    let mut stall = Stall::default();
-    loop {
-        // Read the run's state before the logs: lines written before it ended are all read
-        // in this round.
-        let row = store.run(run).await?;
-        let ended = row.state != rs::RUNNING || stall.check(store, &row).await;
-        let mut attempts = store.attempts(run).await?;
-        attempts.sort_by(|a, b| a.started_at.cmp(&b.started_at));
-        for a in &attempts {
-            let offset = offsets.entry((a.step.clone(), a.number)).or_insert(0);
-            if *offset == u64::MAX {
-                continue;
-            }
-            *offset = drain(&log_path(a), *offset, a, printer)?;
-        }
-        if ended {
-            return Ok(Outcome::Success);
-        }
-        tokio::time::sleep(FOLLOW_EVERY).await;
-    }
-}
-
-/// Prints a step's output as it is written, across its attempts (a retry's lines follow a
-/// `--- attempt N ---` line), until the step has ended and its last log is drained.
-/// `from`: the attempt already printed and how many bytes of it.
-async fn follow_step(
-    store: &Store,
-    run: &str,
-    step: &str,
-    mut from: Option<(i64, u64)>,
-    printer: &Printer,
-) -> Result<(), Error> {
-    let mut stall = Stall::default();
-    loop {
-        let steps = store.steps(run).await?;
-        let row = store.run(run).await?;
-        let finished = steps
-            .iter()
-            .find(|s| s.name == step)
-            .is_none_or(|s| crate::run::state::step::is_terminal(&s.state))
-            || row.state != rs::RUNNING
-            || stall.check(store, &row).await;
-        let attempts = store.attempts(run).await?;
-        let latest = attempts
-            .iter()
-            .filter(|a| a.step == step)
-            .max_by_key(|a| a.number);
-        if let Some(a) = latest {
-            let offset = match from {
-                Some((n, offset)) if n == a.number => offset,
-                Some(_) => {
-                    if printer.format == Format::Text {
-                        output::text(|out| writeln!(out, "--- attempt {} ---", a.number))
-                            .map_err(Error::output)?;
-                    }
-                    0
-                }
-                None => 0,
-            };
-            let ended = a.state != attempt::RUNNING;
-            let offset = drain(&log_path(a), offset, a, printer)?;
-            from = Some((a.number, offset));
-            if ended && finished {
-                return Ok(());
-            }
-        } else if finished {
-            return Ok(());
-        }
-        tokio::time::sleep(FOLLOW_EVERY).await;
-    }
-}
-
-/// Whether following should stop because the run's engine is gone and nothing of it runs any
-/// more (the run will not end until someone resumes it). Looked at every second: the ends of
-/// the dead engine's attempts are collected first, as `status` does.
-#[derive(Default)]
-struct Stall {
-    last: Option<std::time::Instant>,
-}
-
-impl Stall {
-    async fn check(&mut self, store: &Store, row: &crate::store::RunRow) -> bool {
-        if self
-            .last
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            return false;
-        }
-        self.last = Some(std::time::Instant::now());
-        let Some(gone) = crate::run::engine::gone(row) else {
-            return false;
-        };
-        let _ = crate::run::reap::collect(store, None, &crate::clock::SystemClock).await;
-        let running = store
-            .attempts(&row.id)
-            .await
-            .map(|a| a.iter().any(|a| a.state == attempt::RUNNING))
-            .unwrap_or(true);
-        if running {
-            return false;
-        }
-        output::say(format_args!(
-            "run {}: {gone} and none of its steps runs; `sluice resume {}` continues it",
-            row.id, row.id
-        ));
-        true
-    }
-}
-
-/// Prints the whole lines appended to `path` after `offset`; returns the new offset.
-fn drain(
-    path: &std::path::Path,
-    offset: u64,
-    a: &AttemptRow,
-    printer: &Printer,
-) -> Result<u64, Error> {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return Ok(offset);
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if len <= offset {
-        return Ok(offset);
-    }
-    f.seek(std::io::SeekFrom::Start(offset))
-        .map_err(Error::output)?;
-    let mut buf = Vec::new();
-    std::io::Read::read_to_end(&mut f, &mut buf).map_err(Error::output)?;
-    // Whole lines only; a partial last line waits for the next round.
-    let upto = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    printer.print(a, &buf[..upto])?;
-    Ok(offset + upto as u64)
 }

@@ -8,10 +8,13 @@ mod lint;
 mod logs;
 pub mod output;
 mod progress;
+mod remote;
 mod run;
+mod server;
 mod simulate;
-mod status;
+pub mod status;
 mod sweep;
+mod token;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -42,6 +45,11 @@ pub struct Cli {
     /// `runs`, --state filters the list by run state.
     #[arg(long = "state", env = "SLUICE_STATE", value_name = "URL")]
     pub state: Option<String>,
+
+    /// A sluice server to talk to instead of a local home (http://HOST:PORT); the token is
+    /// read from SLUICE_TOKEN. `lint`, `simulate` and `server` stay local.
+    #[arg(long, global = true, env = "SLUICE_SERVER", value_name = "URL")]
+    pub server: Option<String>,
 
     /// More log detail (repeat for more); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -117,6 +125,14 @@ pub enum Command {
     /// priority), Jain's fairness index, preemptions, GPU-hours lost to preemption and cost
     /// per team; --output json gives the contract's shape, byte-identical for the same inputs.
     Simulate(simulate::Args),
+    /// Serve the HTTP API and drive every run of the state store, for many teams.
+    ///
+    /// Runs submitted through it (`sluice --server URL run FILE`) are driven by it, with one
+    /// scheduler over all of them; runs whose engine died are adopted. SIGTERM or Ctrl-C stops
+    /// it gracefully and leaves running steps to the next server. Tokens: `sluice token`.
+    Server(server::Args),
+    /// Make, list and revoke the tokens clients of a server use (one team, one role each).
+    Token(token::Args),
     /// The step runtime built into this binary (what `sluice-runtime` does): `sluice runtime
     /// serve`, `sluice runtime exec DIR`. The engine uses it when no `sluice-runtime` binary is
     /// found, so that `sluice` alone is enough on a machine.
@@ -164,7 +180,14 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Lint(args) => lint::run(args, cli.output),
         Command::Simulate(args) => simulate::run(args, cli.output),
+        Command::Server(args) => server::run(&home::Home::resolve(cli.home.as_deref()), args),
         command => {
+            if let Some(url) = &cli.server
+                && let Err(e) = remote::connect(url)
+            {
+                e.report();
+                return e.outcome().into();
+            }
             let home = home::Home::resolve(cli.home.as_deref());
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -189,8 +212,12 @@ pub fn main() -> ExitCode {
 
 /// The commands that use a home.
 async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Result<Outcome, Error> {
+    if let Some(c) = remote::server() {
+        return remote_dispatch(c, home, command, format).await;
+    }
     let path = home.path.as_path();
     match command {
+        Command::Token(a) => token::run(home, a, format).await,
         Command::Run(a) => run::run(path, a, format).await,
         Command::Sweep(a) => sweep::sweep(path, a, format).await,
         Command::Resume(a) => run::resume(home, a, format).await,
@@ -211,7 +238,39 @@ async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Resul
             let store = existing(home, &a.run).await?;
             logs::run(&store, a, format).await
         }
-        Command::Lint(_) | Command::Simulate(_) | Command::Runtime { .. } => Ok(Outcome::Success),
+        Command::Lint(_) | Command::Simulate(_) | Command::Server(_) | Command::Runtime { .. } => {
+            Ok(Outcome::Success)
+        }
+    }
+}
+
+/// The commands against a server (`--server`).
+async fn remote_dispatch(
+    c: &crate::client::Client,
+    home: &home::Home,
+    command: &Command,
+    format: Format,
+) -> Result<Outcome, Error> {
+    let path = home.path.as_path();
+    match command {
+        // Both go through `run::start`, which submits to the server.
+        Command::Run(a) => run::run(path, a, format).await,
+        Command::Sweep(a) => sweep::sweep(path, a, format).await,
+        Command::Runs(a) => remote::runs(c, a, format).await,
+        Command::Status(a) => remote::status(c, &a.run, format).await,
+        Command::Logs(a) => remote::logs(c, a, format).await,
+        Command::Cancel(a) => remote::cancel(c, a, format).await,
+        Command::Retry(a) => remote::retry(c, a, format).await,
+        Command::Resume(a) => remote::resume(c, a, format).await,
+        Command::Preempt(a) => remote::preempt(c, a, format).await,
+        Command::Token(a) => remote::token(c, &a.command, format).await,
+        Command::Delete(_) | Command::Gc(_) => Err(Error::Usage(format!(
+            "`delete` and `gc` work on a local home, not through a server ({}): run them on the server's host",
+            c.base()
+        ))),
+        Command::Lint(_) | Command::Simulate(_) | Command::Server(_) | Command::Runtime { .. } => {
+            Ok(Outcome::Success)
+        }
     }
 }
 

@@ -75,6 +75,9 @@ pub async fn start(
     args: &RunArgs,
     format: Format,
 ) -> Result<Outcome, Error> {
+    if let Some(c) = super::remote::server() {
+        return super::remote::start(c, shown, text, workdir, args, format).await;
+    }
     let who = Principal::local();
     let request = service::Request {
         shown: shown.to_owned(),
@@ -136,7 +139,7 @@ pub async fn start(
 }
 
 /// The runtime steps run under, or exit 3 saying why it cannot be found.
-fn runtime_found() -> Result<(), Error> {
+pub fn runtime_found() -> Result<(), Error> {
     crate::executor::local::runtime::command()
         .map(|_| ())
         .map_err(|why| Error::Io {

@@ -24,9 +24,28 @@ pub struct RunsArgs {
     /// Only runs in this state (Running, Succeeded, Failed, Cancelled; any case).
     #[arg(long)]
     pub state: Option<String>,
+    /// Only runs of this pipeline or sweep (by name).
+    #[arg(long)]
+    pub pipeline: Option<String>,
+    /// Only runs started at or after this: a date (2026-12-01, UTC) or an RFC 3339 time.
+    #[arg(long)]
+    pub since: Option<String>,
     /// At most this many runs, newest first (0: all of them).
     #[arg(long, default_value_t = 20)]
     pub limit: i64,
+}
+
+impl RunsArgs {
+    pub fn filter(&self) -> Filter {
+        Filter {
+            team: self.team.clone(),
+            state: self.state.clone(),
+            pipeline: self.pipeline.clone(),
+            since: self.since.clone(),
+            limit: self.limit,
+            offset: 0,
+        }
+    }
 }
 
 /// How many trials a table lists in full; beyond it, only the best ones.
@@ -192,70 +211,76 @@ pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<
 
 pub async fn runs(store: &Store, args: &RunsArgs, format: Format) -> Result<Outcome, Error> {
     let service = Service::new(store.clone(), clock::system());
-    let filter = Filter {
-        team: args.team.clone(),
-        state: args.state.clone(),
-        limit: args.limit,
-    };
+    let filter = args.filter();
+    let listing = service.list(&Principal::local(), &filter).await?;
+    match format {
+        Format::Json => output::json(&listing.runs),
+        Format::Text => output::text(|out| write_runs(out, &listing, &filter)),
+    }
+    .map_err(Error::output)?;
+    Ok(Outcome::Success)
+}
+
+/// Prints a listing as a table (or why it is empty: no runs at all, or none matching).
+pub fn write_runs(out: &mut dyn Write, listing: &Listing, filter: &Filter) -> std::io::Result<()> {
     let Listing {
         runs: views,
         state,
         any,
-    } = service.list(&Principal::local(), &filter).await?;
-    match format {
-        Format::Json => output::json(&views),
-        Format::Text => output::text(|out| {
-            if views.is_empty() {
-                if !any {
-                    return writeln!(out, "no runs yet");
-                }
-                let mut filters = Vec::new();
-                if let Some(t) = &args.team {
-                    filters.push(format!("--team {t}"));
-                }
-                if let Some(s) = state {
-                    filters.push(format!("--state {s}"));
-                }
-                return writeln!(
-                    out,
-                    "no runs match {}; `sluice runs` lists every run",
-                    filters.join(" ")
-                );
-            }
-            let state_of = |v: &RunView| match &v.engine {
-                Some(e) if !e.alive => format!("{} (engine gone)", v.state),
-                _ => v.state.clone(),
-            };
-            let states: Vec<String> = views.iter().map(state_of).collect();
-            let name_w = views.iter().map(|v| v.name.len()).max().unwrap_or(0).max(4);
-            let team_w = views.iter().map(|v| v.team.len()).max().unwrap_or(0).max(4);
-            let state_w = states.iter().map(String::len).max().unwrap_or(0).max(5);
-            writeln!(
-                out,
-                "{:12}  {:name_w$}  {:team_w$}  {:state_w$}  STARTED",
-                "ID", "NAME", "TEAM", "STATE"
-            )?;
-            for (v, state) in views.iter().zip(&states) {
-                writeln!(
-                    out,
-                    "{:12}  {:name_w$}  {:team_w$}  {:state_w$}  {}",
-                    v.id, v.name, v.team, state, v.started_at
-                )?;
-            }
-            if views
-                .iter()
-                .any(|v| v.engine.as_ref().is_some_and(|e| !e.alive))
-            {
-                writeln!(
-                    out,
-                    "(engine gone: its engine died; `sluice resume RUN` continues it)"
-                )?;
-            }
-            Ok(())
-        }),
+    } = listing;
+    if views.is_empty() {
+        if !any {
+            return writeln!(out, "no runs yet");
+        }
+        let mut filters = Vec::new();
+        if let Some(t) = &filter.team {
+            filters.push(format!("--team {t}"));
+        }
+        if let Some(s) = state {
+            filters.push(format!("--state {s}"));
+        }
+        if let Some(p) = &filter.pipeline {
+            filters.push(format!("--pipeline {p}"));
+        }
+        if let Some(s) = &filter.since {
+            filters.push(format!("--since {s}"));
+        }
+        return writeln!(
+            out,
+            "no runs match {}; `sluice runs` lists every run",
+            filters.join(" ")
+        );
     }
-    .map_err(Error::output)?;
-    Ok(Outcome::Success)
+    let state_of = |v: &RunView| match &v.engine {
+        Some(e) if !e.alive => format!("{} (engine gone)", v.state),
+        _ => v.state.clone(),
+    };
+    let states: Vec<String> = views.iter().map(state_of).collect();
+    let name_w = views.iter().map(|v| v.name.len()).max().unwrap_or(0).max(4);
+    let team_w = views.iter().map(|v| v.team.len()).max().unwrap_or(0).max(4);
+    let state_w = states.iter().map(String::len).max().unwrap_or(0).max(5);
+    writeln!(
+        out,
+        "{:12}  {:name_w$}  {:team_w$}  {:state_w$}  STARTED",
+        "ID", "NAME", "TEAM", "STATE"
+    )?;
+    for (v, state) in views.iter().zip(&states) {
+        writeln!(
+            out,
+            "{:12}  {:name_w$}  {:team_w$}  {:state_w$}  {}",
+            v.id, v.name, v.team, state, v.started_at
+        )?;
+    }
+    if views
+        .iter()
+        .any(|v| v.engine.as_ref().is_some_and(|e| !e.alive))
+    {
+        writeln!(
+            out,
+            "(engine gone: its engine died; `sluice resume RUN` continues it)"
+        )?;
+    }
+    Ok(())
 }
 
 /// `sluice runs` where there is no home: nothing is created.

@@ -13,13 +13,14 @@
 
 mod control;
 mod error;
+pub mod logs;
 mod principal;
 mod read;
 mod resolve;
 pub mod submit;
 #[cfg(test)]
 mod tests;
-mod tokens;
+pub mod tokens;
 pub mod view;
 
 use std::sync::Arc;
@@ -40,11 +41,46 @@ use crate::store::{RunRow, Store};
 pub struct Service {
     store: Store,
     clock: Arc<dyn Clock>,
+    /// Messages name the home (`no run 'x' in /home/me/.sluice`): true for the embedded
+    /// CLI, false for a server, whose clients neither know nor need its folders (a run that
+    /// is not found is an `unknown run`, as the server contract says).
+    shows_home: bool,
 }
 
 impl Service {
     pub fn new(store: Store, clock: Arc<dyn Clock>) -> Self {
-        Service { store, clock }
+        Service {
+            store,
+            clock,
+            shows_home: true,
+        }
+    }
+
+    /// The service as a server offers it to its clients: messages do not name its folders.
+    pub fn for_clients(store: Store, clock: Arc<dyn Clock>) -> Self {
+        Service {
+            store,
+            clock,
+            shows_home: false,
+        }
+    }
+
+    /// A run that is not there, in this service's words.
+    pub(crate) fn unknown_run(&self, reference: &str) -> Error {
+        Error::NotFound(if self.shows_home {
+            format!("no run '{reference}' in {}", self.store.home.display())
+        } else {
+            format!("unknown run '{reference}'")
+        })
+    }
+
+    /// ` in HOME` for the embedded CLI, nothing for a server's clients.
+    pub(crate) fn in_home(&self) -> String {
+        if self.shows_home {
+            format!(" in {}", self.store.home.display())
+        } else {
+            String::new()
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -66,12 +102,12 @@ impl Service {
 
     /// Run `id` (named `reference` by the caller), if the principal sees its team.
     async fn by_id(&self, who: &Principal, id: &str, reference: &str) -> Result<RunRow, Error> {
-        let run = self.store.run(id).await?;
+        let run = match self.store.run(id).await {
+            Err(crate::store::Error::NotFound(_)) => return Err(self.unknown_run(reference)),
+            other => other?,
+        };
         if !who.sees(&run.team) {
-            return Err(Error::NotFound(format!(
-                "no run '{reference}' in {}",
-                self.store.home.display()
-            )));
+            return Err(self.unknown_run(reference));
         }
         Ok(run)
     }

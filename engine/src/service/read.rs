@@ -13,8 +13,29 @@ pub struct Filter {
     pub team: Option<String>,
     /// Only runs in this state, in any case (`running`, `Failed`).
     pub state: Option<String>,
+    /// Only runs of this pipeline (or sweep), by name.
+    pub pipeline: Option<String>,
+    /// Only runs created at or after this time: RFC 3339, or a date (`2026-12-01`, UTC).
+    pub since: Option<String>,
     /// At most this many runs, newest first; 0 for all of them.
     pub limit: i64,
+    /// Skip this many first (the next page: `offset` + `limit`).
+    pub offset: i64,
+}
+
+/// `--since` as the store writes times: RFC 3339 in UTC, or a date at midnight UTC.
+fn since(given: &str) -> Result<String, Error> {
+    if let Ok(at) = crate::time::parse(given) {
+        return Ok(crate::time::format(at));
+    }
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(given, "%Y-%m-%d")
+        && let Some(midnight) = day.and_hms_opt(0, 0, 0)
+    {
+        return Ok(crate::time::format(midnight.and_utc()));
+    }
+    Err(Error::invalid(format!(
+        "--since {given}: give a date (2026-12-01) or an RFC 3339 time (2026-12-01T08:00:00Z)"
+    )))
 }
 
 /// What `list` found.
@@ -77,6 +98,13 @@ impl Service {
                 filter.limit
             )));
         }
+        if filter.offset < 0 {
+            return Err(Error::invalid(format!(
+                "offset {}: give a number of runs to skip",
+                filter.offset
+            )));
+        }
+        let since = filter.since.as_deref().map(since).transpose()?;
         self.collect_quietly().await;
         let limit = if filter.limit == 0 {
             i64::MAX
@@ -98,7 +126,14 @@ impl Service {
         let now = self.clock.now();
         let runs: Vec<RunView> = self
             .store
-            .runs(team, state, limit)
+            .runs_matching(&crate::store::RunQuery {
+                team,
+                state,
+                name: filter.pipeline.as_deref(),
+                since: since.as_deref(),
+                limit,
+                offset: filter.offset,
+            })
             .await?
             .iter()
             .map(|r| view::summary(r, now))

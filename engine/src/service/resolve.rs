@@ -9,12 +9,23 @@ impl Service {
     /// The id of the run `reference` names among the runs `who` sees.
     pub(super) async fn resolve(&self, who: &Principal, reference: &str) -> Result<String, Error> {
         let Some(team) = who.bound_team() else {
-            return Ok(self.store.resolve(reference).await?);
+            return match self.store.resolve(reference).await {
+                Ok(id) => Ok(id),
+                // The store's words name the home; a server's clients get the service's.
+                Err(crate::store::Error::NotFound(m)) if !self.shows_home => {
+                    let home = format!(" in {}", self.store.home.display());
+                    Err(Error::NotFound(m.replace(&home, "").replace(
+                        &format!("no run '{reference}'"),
+                        &format!("unknown run '{reference}'"),
+                    )))
+                }
+                Err(e) => Err(e.into()),
+            };
         };
         // A team's runs, newest first. (A store query scoped to the team would spare reading
         // them all; see the store's `resolve`.)
         let runs = self.store.runs(Some(team), None, i64::MAX).await?;
-        let home = self.store.home.display();
+        let home = self.in_home();
         if let Some(name) = reference.strip_suffix("@latest") {
             return runs
                 .iter()
@@ -22,9 +33,9 @@ impl Service {
                 .map(|r| r.id.clone())
                 .ok_or_else(|| {
                     Error::NotFound(if name.is_empty() {
-                        format!("no runs yet in {home}")
+                        format!("no runs yet{home}")
                     } else {
-                        format!("no run of a pipeline or sweep named '{name}' in {home}")
+                        format!("no run of a pipeline or sweep named '{name}'{home}")
                     })
                 });
         }
@@ -39,7 +50,7 @@ impl Service {
         ids.sort_unstable();
         match ids.as_slice() {
             [one] => Ok((*one).to_owned()),
-            [] => Err(Error::NotFound(format!("no run '{reference}' in {home}"))),
+            [] => Err(self.unknown_run(reference)),
             many => Err(Error::NotFound(format!(
                 "'{reference}' is ambiguous: it starts {} and more; give more of the id",
                 many.iter().take(3).copied().collect::<Vec<_>>().join(", ")

@@ -273,7 +273,7 @@ impl Service {
         &self,
         who: &Principal,
         checked: Checked,
-        warn: &mut dyn FnMut(&[Diagnostic]),
+        warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
     ) -> Result<Submitted, Error> {
         who.check_role("submit runs")?;
         if who
@@ -453,7 +453,7 @@ fn max_queued_pos(loaded: &spec::Loaded, team: &str) -> Option<spec::Pos> {
 
 /// A scalar setting of a loaded Cluster's `spec` (`objects`, `state`, `executor`) and where
 /// it is written, if it sets one.
-fn cluster_setting(loaded: &spec::Loaded, name: &str) -> Option<(String, Option<spec::Pos>)> {
+pub fn cluster_setting(loaded: &spec::Loaded, name: &str) -> Option<(String, Option<spec::Pos>)> {
     let spec = spec::capacity::cluster_document(loaded)?.spec.as_ref()?;
     let value = spec.get(name)?;
     let pos = spec

@@ -64,6 +64,20 @@ impl Service {
     }
 
     async fn record(&self, who: &str, team: &str, action: &str, target: &str) -> Result<(), Error> {
+        self.record_change(who, team, action, target, "ok").await
+    }
+
+    /// Adds a change to the audit record: `who` (a token's id, `local`) did `action`
+    /// (`submit`, `cancel`, `token create`) to `target` (`run 1a2b…`) of `team`, with `result`
+    /// (`ok`, or the refusal's HTTP status and message).
+    pub async fn record_change(
+        &self,
+        who: &str,
+        team: &str,
+        action: &str,
+        target: &str,
+        result: &str,
+    ) -> Result<(), Error> {
         self.store
             .audit(&AuditRow {
                 at: self.clock.now_rfc3339(),
@@ -71,10 +85,16 @@ impl Service {
                 team: team.to_owned(),
                 action: action.to_owned(),
                 target: target.to_owned(),
-                result: "ok".to_owned(),
+                result: result.to_owned(),
             })
             .await?;
         Ok(())
+    }
+
+    /// The audit record, oldest first: admins only.
+    pub async fn audit_record(&self, who: &Principal) -> Result<Vec<AuditRow>, Error> {
+        Self::check_admin(who, "read the audit record")?;
+        Ok(self.store.audit_record().await?)
     }
 
     /// A new token for `team` (`*`: every team, for an admin) with `role`, lasting `expires`

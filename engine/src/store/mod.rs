@@ -14,6 +14,7 @@
 
 mod engines;
 mod housekeeping;
+mod load;
 mod location;
 mod read;
 mod rows;
@@ -30,8 +31,10 @@ use sqlx::AnyPool;
 
 pub use engines::Orphan;
 pub use housekeeping::Marked;
+pub use load::Load;
 pub use location::{Location, choose, chosen};
 pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
+pub use runs::RunQuery;
 pub use scheduling::{Claim, Placed, Rate};
 pub use tokens::{AuditRow, TokenRow};
 

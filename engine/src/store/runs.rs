@@ -8,6 +8,21 @@ use super::rows::{
 };
 use super::{Error, Holder, Lock, Store};
 
+/// Which runs [`Store::runs_matching`] returns: each filter that is set must hold.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunQuery<'a> {
+    pub team: Option<&'a str>,
+    pub state: Option<&'a str>,
+    /// The pipeline's (or sweep's) name.
+    pub name: Option<&'a str>,
+    /// Created at or after this instant (RFC 3339 UTC, as the store writes times).
+    pub since: Option<&'a str>,
+    /// At most this many, newest first.
+    pub limit: i64,
+    /// After skipping this many (the next page).
+    pub offset: i64,
+}
+
 impl Store {
     /// Records a new run and its steps. With `max_queued`, refuses it (`Error::QueueFull`,
     /// nothing written) when the team's Pending and Queued steps across its running runs, plus
@@ -145,14 +160,34 @@ impl Store {
         state: Option<&str>,
         limit: i64,
     ) -> Result<Vec<RunRow>, Error> {
-        let rows = sqlx::query("SELECT * FROM runs WHERE ($1 IS NULL OR team = $2) AND ($3 IS NULL OR state = $4) ORDER BY created_at DESC, id DESC LIMIT $5")
-            .bind(team)
-            .bind(team)
-            .bind(state)
-            .bind(state)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+        self.runs_matching(&RunQuery {
+            team,
+            state,
+            limit,
+            ..RunQuery::default()
+        })
+        .await
+    }
+
+    /// The runs `q` selects, newest first.
+    pub async fn runs_matching(&self, q: &RunQuery<'_>) -> Result<Vec<RunRow>, Error> {
+        let rows = sqlx::query(
+            "SELECT * FROM runs WHERE ($1 IS NULL OR team = $2) AND ($3 IS NULL OR state = $4) \
+             AND ($5 IS NULL OR name = $6) AND ($7 IS NULL OR created_at >= $8) \
+             ORDER BY created_at DESC, id DESC LIMIT $9 OFFSET $10",
+        )
+        .bind(q.team)
+        .bind(q.team)
+        .bind(q.state)
+        .bind(q.state)
+        .bind(q.name)
+        .bind(q.name)
+        .bind(q.since)
+        .bind(q.since)
+        .bind(q.limit)
+        .bind(q.offset)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(run_row).collect()
     }
 

@@ -1,0 +1,518 @@
+//! Runs: list, submit, status, logs, cancel, retry, resume and preempt, each the service's
+//! operation for the token's principal. Changes are written to the audit record with their
+//! result, refusals included. `?format=text` answers with what the CLI prints in text mode,
+//! rendered by the same code, so that `sluice --server` prints exactly what embedded mode does.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiError, AppState, Caller};
+use crate::service::logs::{Query as LogQuery, Sink};
+use crate::service::{self, Filter, Retried};
+
+/// JSON (the default) or the CLI's text.
+#[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Json,
+    Text,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only runs of this team (a team-bound token sees its own team only).
+    team: Option<String>,
+    /// Only runs in this state: Running, Succeeded, Failed, Cancelled (any case).
+    state: Option<String>,
+    /// Only runs of this pipeline or sweep, by name.
+    pipeline: Option<String>,
+    /// Only runs started at or after this: a date (2026-12-01) or an RFC 3339 time.
+    since: Option<String>,
+    /// At most this many runs, newest first (default 20; 0 for all).
+    #[param(minimum = 0)]
+    limit: Option<i64>,
+    /// Skip this many first: the next page starts at offset + limit.
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+    #[param(inline)]
+    format: Option<Format>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct FormatQuery {
+    #[param(inline)]
+    format: Option<Format>,
+}
+
+/// A run id, an unambiguous prefix of one, `@latest` or `NAME@latest`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct RunPath {
+    run: String,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct StepPath {
+    run: String,
+    /// A step instance: `train`, `evaluate[1]`.
+    step: String,
+}
+
+fn text_response(bytes: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response()
+}
+
+fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => ApiError::Service(service::Error::io(
+            "cannot write the answer",
+            std::io::Error::from(e),
+        ))
+        .into_response(),
+    }
+}
+
+/// Lists the token's team's runs, newest first.
+#[utoipa::path(get, path = "/api/v1/runs", tag = "runs", params(ListQuery),
+    responses((status = 200, description = "Runs as `sluice runs --output json` prints them (an array)"),
+              (status = 400, description = "A filter that does not parse"),
+              (status = 401, description = "No valid token")))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let filter = Filter {
+        team: q.team,
+        state: q.state,
+        pipeline: q.pipeline,
+        since: q.since,
+        limit: q.limit.unwrap_or(20),
+        offset: q.offset.unwrap_or(0),
+    };
+    let listing = state.service.list(&caller.principal, &filter).await?;
+    Ok(match q.format.unwrap_or_default() {
+        Format::Json => json_response(StatusCode::OK, &listing.runs),
+        Format::Text => {
+            let mut out = Vec::new();
+            crate::cli::status::write_runs(&mut out, &listing, &filter)
+                .map_err(|e| service::Error::io("cannot write the answer", e))?;
+            text_response(out)
+        }
+    })
+}
+
+/// A pipeline or sweep to run: the file's text and how it is named.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBody {
+    /// The YAML text of the pipeline or sweep file.
+    source: String,
+    /// How the file is named in diagnostics (its path on the client); default `pipeline.yaml`.
+    #[serde(default)]
+    path: Option<String>,
+    /// `NAME=VALUE` parameters (a sweep's `NAME=SPEC`).
+    #[serde(default)]
+    params: Vec<String>,
+    /// Which document to run, when the file holds several.
+    #[serde(default)]
+    name: Option<String>,
+    /// The folder steps run in by default, when it exists on the server's machine (a server
+    /// on the same machine as the client); else the run's own folder.
+    #[serde(default)]
+    workdir: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubmittedBody {
+    id: String,
+    name: String,
+    /// Warnings about the file, as `sluice lint` prints them.
+    warnings: Vec<String>,
+}
+
+/// Submits a run of the token's team; the server starts driving it at once.
+#[utoipa::path(post, path = "/api/v1/runs", tag = "runs", request_body = SubmitBody,
+    responses((status = 201, description = "The run was recorded", body = SubmittedBody),
+              (status = 400, description = "The file is not valid: lint's diagnostics"),
+              (status = 403, description = "A viewer's token, or a file of another team"),
+              (status = 409, description = "The team's queue is full (maxQueued)")))]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<SubmitBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let result = submit_run(&state, &caller, body).await;
+    let target = match &result {
+        Ok(s) => format!("run {}", s.id),
+        Err(_) => "run".to_owned(),
+    };
+    audit(&state, &caller, "submit", &target, &result).await;
+    let submitted = result?;
+    state.drivers.drive(&submitted.id);
+    Ok(json_response(StatusCode::CREATED, &submitted))
+}
+
+async fn submit_run(
+    state: &AppState,
+    caller: &Caller,
+    body: Result<Json<SubmitBody>, JsonRejection>,
+) -> Result<SubmittedBody, ApiError> {
+    let Json(body) = body?;
+    let home = state.service.store().home.clone();
+    let workdir = body
+        .workdir
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or(home);
+    let request = service::Request {
+        shown: body.path.unwrap_or_else(|| "pipeline.yaml".to_owned()),
+        text: body.source,
+        workdir,
+        params: body.params,
+        name: body.name,
+        cluster: state.cluster.clone(),
+        objects: state.objects.clone(),
+    };
+    let mut warnings: Vec<String> = Vec::new();
+    let mut warn = |d: &[crate::spec::Diagnostic]| {
+        warnings.extend(d.iter().map(ToString::to_string));
+    };
+    let checked = service::submit::check(&caller.principal, request, &mut warn)?;
+    let submitted = state
+        .service
+        .submit(&caller.principal, checked, &mut warn)
+        .await?;
+    Ok(SubmittedBody {
+        id: submitted.id,
+        name: submitted.name,
+        warnings,
+    })
+}
+
+/// Records a change and its result; a store that cannot record it is said in the log (the
+/// change itself is already committed or refused).
+async fn audit<T>(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    target: &str,
+    result: &Result<T, ApiError>,
+) {
+    let outcome = match result {
+        Ok(_) => "ok".to_owned(),
+        Err(e) => e.audit_result(),
+    };
+    if let Err(e) = state
+        .service
+        .record_change(&caller.id, caller.team(), action, target, &outcome)
+        .await
+    {
+        tracing::warn!("cannot add to the audit record: {e}");
+    }
+}
+
+/// A run with its steps, attempts and (sweeps) trials.
+#[utoipa::path(get, path = "/api/v1/runs/{run}", tag = "runs", params(RunPath, FormatQuery),
+    responses((status = 200, description = "The run as `sluice status --output json` prints it"),
+              (status = 404, description = "No such run for this token's team")))]
+pub async fn status(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<RunPath>, PathRejection>,
+    query: Result<Query<FormatQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let Query(q) = query?;
+    let view = state.service.status(&caller.principal, &p.run).await?;
+    Ok(match q.format.unwrap_or_default() {
+        Format::Json => json_response(StatusCode::OK, &view),
+        Format::Text => {
+            let mut out = Vec::new();
+            crate::cli::status::write_view(&mut out, &view)
+                .map_err(|e| service::Error::io("cannot write the answer", e))?;
+            text_response(out)
+        }
+    })
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// One step (`train`, `evaluate[1]`); without it, every step's, each line marked.
+    step: Option<String>,
+    /// Keep streaming new lines until the step (or the run) has ended.
+    follow: Option<bool>,
+    /// Which attempt of `step` (default: the latest).
+    attempt: Option<i64>,
+    /// `json`: one JSON object per line; `text` (the default): the lines as they are.
+    #[param(inline)]
+    format: Option<Format>,
+}
+
+/// What a log stream carries from the task reading the logs to the response.
+enum Piece {
+    Bytes(Vec<u8>),
+    Note(String),
+    Done(Result<(), service::Error>),
+}
+
+struct Channel(mpsc::UnboundedSender<Piece>);
+
+impl Sink for Channel {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.0
+            .send(Piece::Bytes(bytes.to_vec()))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+
+    fn note(&mut self, text: &str) {
+        let _ = self.0.send(Piece::Note(text.to_owned()));
+    }
+}
+
+/// A run's logs as chunked text (`sluice logs` prints the same bytes); with `follow=true`,
+/// streamed until the step or run has ended. Remarks (`step 'x' has not started yet`) that
+/// come before the first line are in the `sluice-note` header.
+#[utoipa::path(get, path = "/api/v1/runs/{run}/logs", tag = "runs", params(RunPath, LogsQuery),
+    responses((status = 200, description = "The log lines", content_type = "text/plain"),
+              (status = 404, description = "No such run or step for this token's team")))]
+pub async fn logs(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<RunPath>, PathRejection>,
+    query: Result<Query<LogsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let Query(q) = query?;
+    let query = LogQuery {
+        run: p.run,
+        step: q.step,
+        follow: q.follow.unwrap_or(false),
+        attempt: q.attempt,
+        json: q.format == Some(Format::Json),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let service = state.service.clone();
+    let principal = caller.principal.clone();
+    let mut stop = state.stop.clone();
+    tokio::spawn(async move {
+        let mut sink = Channel(tx.clone());
+        let result = tokio::select! {
+            r = service.stream_logs(&principal, &query, &mut sink) => r,
+            _ = stop.wait_for(|s| *s) => Ok(()),
+        };
+        let _ = tx.send(Piece::Done(result));
+    });
+    // Errors found before the first line (no such run, step or attempt) are the answer's
+    // status; later ones end the stream.
+    let mut notes = Vec::new();
+    let first = loop {
+        match rx.recv().await {
+            Some(Piece::Note(n)) => notes.push(n),
+            Some(Piece::Done(Err(e))) => return Err(e.into()),
+            Some(Piece::Done(Ok(()))) | None => break None,
+            Some(Piece::Bytes(b)) => break Some(b),
+        }
+    };
+    let stream = futures::stream::unfold((first, rx), |(first, mut rx)| async move {
+        if let Some(b) = first {
+            return Some((Ok::<_, std::io::Error>(b), (None, rx)));
+        }
+        loop {
+            match rx.recv().await {
+                Some(Piece::Bytes(b)) => return Some((Ok(b), (None, rx))),
+                Some(Piece::Note(_)) => continue,
+                Some(Piece::Done(Err(e))) => {
+                    return Some((Err(std::io::Error::other(e.to_string())), (None, rx)));
+                }
+                Some(Piece::Done(Ok(()))) | None => return None,
+            }
+        }
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(note) = notes.first()
+        && let Ok(v) = header::HeaderValue::from_str(note)
+    {
+        headers.insert("sluice-note", v);
+    }
+    Ok(response)
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateBody {
+    id: String,
+    state: String,
+}
+
+/// Asks the server to cancel a run: its steps get SIGTERM, then the grace period. An ended
+/// run is 409 with the state in the way.
+#[utoipa::path(post, path = "/api/v1/runs/{run}/cancel", tag = "runs", params(RunPath),
+    responses((status = 202, description = "The cancellation is recorded", body = StateBody),
+              (status = 403, description = "A viewer's token"),
+              (status = 404, description = "No such run for this token's team"),
+              (status = 409, description = "The run has ended already")))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<RunPath>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let result = async {
+        let Path(p) = path?;
+        let id = state.service.cancel(&caller.principal, &p.run).await?;
+        let run = state
+            .service
+            .store()
+            .run(&id)
+            .await
+            .map_err(service::Error::from)?;
+        Ok::<_, ApiError>(StateBody {
+            id,
+            state: run.state,
+        })
+    }
+    .await;
+    let target = result
+        .as_ref()
+        .map_or("run".to_owned(), |b| format!("run {}", b.id));
+    audit(&state, &caller, "cancel", &target, &result).await;
+    Ok(json_response(StatusCode::ACCEPTED, &result?))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RetriedBody {
+    id: String,
+    /// The steps reopened; empty when the run had succeeded (nothing to retry).
+    steps: Vec<String>,
+}
+
+/// Reruns what failed or was cancelled in an ended run; the server drives it again.
+#[utoipa::path(post, path = "/api/v1/runs/{run}/retry", tag = "runs", params(RunPath),
+    responses((status = 200, description = "The steps reopened", body = RetriedBody),
+              (status = 403, description = "A viewer's token"),
+              (status = 404, description = "No such run for this token's team"),
+              (status = 409, description = "The run is still running")))]
+pub async fn retry(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<RunPath>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let result = async {
+        let Path(p) = path?;
+        Ok::<_, ApiError>(
+            match state.service.retry(&caller.principal, &p.run).await? {
+                Retried::NothingToRetry { id } => RetriedBody {
+                    id,
+                    steps: Vec::new(),
+                },
+                Retried::Reopened { id, steps } => RetriedBody { id, steps },
+            },
+        )
+    }
+    .await;
+    let target = result
+        .as_ref()
+        .map_or("run".to_owned(), |b| format!("run {}", b.id));
+    audit(&state, &caller, "retry", &target, &result).await;
+    let body = result?;
+    if !body.steps.is_empty() {
+        state.drivers.drive(&body.id);
+    }
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// Continues a run whose engine died; the server adopts such runs by itself within a second,
+/// so this only makes it sooner.
+#[utoipa::path(post, path = "/api/v1/runs/{run}/resume", tag = "runs", params(RunPath),
+    responses((status = 200, description = "The run's state", body = StateBody),
+              (status = 403, description = "A viewer's token"),
+              (status = 404, description = "No such run for this token's team")))]
+pub async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<RunPath>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let result = async {
+        let Path(p) = path?;
+        let id = state.service.resume(&caller.principal, &p.run).await?;
+        let run = state
+            .service
+            .store()
+            .run(&id)
+            .await
+            .map_err(service::Error::from)?;
+        Ok::<_, ApiError>(StateBody {
+            id,
+            state: run.state,
+        })
+    }
+    .await;
+    let target = result
+        .as_ref()
+        .map_or("run".to_owned(), |b| format!("run {}", b.id));
+    audit(&state, &caller, "resume", &target, &result).await;
+    let body = result?;
+    state.drivers.drive(&body.id);
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PreemptedBody {
+    id: String,
+    state: String,
+    step: String,
+    attempt: i64,
+}
+
+/// Preempts a running step as the scheduler would: it resumes from its checkpoint.
+#[utoipa::path(post, path = "/api/v1/runs/{run}/steps/{step}/preempt", tag = "runs", params(StepPath),
+    responses((status = 202, description = "The preemption is recorded", body = PreemptedBody),
+              (status = 403, description = "A viewer's token"),
+              (status = 404, description = "No such run or step for this token's team"),
+              (status = 409, description = "The step is not running")))]
+pub async fn preempt(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<StepPath>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let result = async {
+        let Path(p) = path?;
+        let done = state
+            .service
+            .preempt(&caller.principal, &p.run, &p.step)
+            .await?;
+        Ok::<_, ApiError>(PreemptedBody {
+            id: done.id,
+            state: crate::run::state::run::RUNNING.to_owned(),
+            step: done.step,
+            attempt: done.attempt,
+        })
+    }
+    .await;
+    let target = result.as_ref().map_or("run".to_owned(), |b| {
+        format!("run {} step {}", b.id, b.step)
+    });
+    audit(&state, &caller, "preempt", &target, &result).await;
+    Ok(json_response(StatusCode::ACCEPTED, &result?))
+}

@@ -1,0 +1,181 @@
+//! `/metrics`: Prometheus text, without authentication, so it holds aggregates per team,
+//! pool and state only (no run names, parameters or paths; `spec/server.md`). Counters of
+//! what this process did (API requests by route and status, their latency, runs it drove to
+//! an end) live in a prometheus-client registry; what the store holds (steps by team and
+//! state, GPUs held by team) is read from the store when scraped, so that every server of a
+//! store reports the same.
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteOnly {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeamState {
+    team: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeamLabels {
+    team: String,
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<RouteLabels, Counter>,
+    latency: Family<RouteOnly, Histogram>,
+    runs_ended: Family<StateLabels, Counter>,
+    steps: Family<TeamState, Gauge>,
+    gpus: Family<TeamLabels, Gauge>,
+    driven: Gauge,
+    leader: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("sluice");
+        let requests = Family::<RouteLabels, Counter>::default();
+        let latency = Family::<RouteOnly, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ])
+        });
+        let runs_ended = Family::<StateLabels, Counter>::default();
+        let steps = Family::<TeamState, Gauge>::default();
+        let gpus = Family::<TeamLabels, Gauge>::default();
+        let driven = Gauge::default();
+        let leader = Gauge::default();
+        registry.register(
+            "api_requests",
+            "API requests answered, by method, route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "api_request_duration_seconds",
+            "Time to answer an API request, by route",
+            latency.clone(),
+        );
+        registry.register(
+            "runs_ended",
+            "Runs this server drove to their end, by final state",
+            runs_ended.clone(),
+        );
+        registry.register(
+            "steps",
+            "Steps of running runs, by team and state (Pending and Queued wait)",
+            steps.clone(),
+        );
+        registry.register(
+            "gpus_held",
+            "GPUs held by running attempts, by team",
+            gpus.clone(),
+        );
+        registry.register("runs_driven", "Runs this server drives now", driven.clone());
+        registry.register(
+            "leader",
+            "1 while this server drives runs (the leader), 0 while it stands by",
+            leader.clone(),
+        );
+        Metrics {
+            registry: Mutex::new(registry),
+            requests,
+            latency,
+            runs_ended,
+            steps,
+            gpus,
+            driven,
+            leader,
+        }
+    }
+
+    /// An API request answered: `route` is the matched route's template, never the path
+    /// (which holds run ids).
+    pub fn request(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RouteLabels {
+                method: method.to_owned(),
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteOnly {
+                route: route.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn run_ended(&self, state: &str) {
+        self.runs_ended
+            .get_or_create(&StateLabels {
+                state: state.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// The text a scrape gets: what the store holds now, then the registry.
+    pub async fn render(&self, store: &crate::store::Store, driven: usize) -> String {
+        self.driven.set(i64::try_from(driven).unwrap_or(i64::MAX));
+        match store.load_by_team().await {
+            Ok(load) => {
+                self.steps.clear();
+                self.gpus.clear();
+                for (team, state, n) in load.steps {
+                    self.steps.get_or_create(&TeamState { team, state }).set(n);
+                }
+                for (team, n) in load.gpus {
+                    self.gpus.get_or_create(&TeamLabels { team }).set(n);
+                }
+            }
+            Err(e) => tracing::warn!("metrics: cannot read the store: {e}"),
+        }
+        let mut text = String::new();
+        match self.registry.lock() {
+            Ok(registry) => {
+                if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &registry) {
+                    tracing::warn!("metrics: cannot encode: {e}");
+                }
+            }
+            Err(_) => tracing::warn!("metrics: the registry is poisoned"),
+        }
+        text
+    }
+}

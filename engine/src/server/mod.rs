@@ -1,0 +1,112 @@
+//! `sluice server`: the same engine as `sluice run`, kept running for many teams. One process
+//! drives every run of its state store ([`drivers`], one scheduler per Cluster over all of
+//! them) and serves the HTTP API ([`api`]) that the CLI's `--server` mode and other clients
+//! use; `/metrics`, `/healthz` and `/readyz` beside it.
+//!
+//! Nothing here runs steps differently from embedded mode: a run submitted through the API is
+//! recorded by the service and driven by `run::Driver`, exactly as `sluice run` drives it.
+
+pub mod api;
+pub mod drivers;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::service::Service;
+use crate::store::Store;
+
+/// How a server is set up (`sluice server`'s flags, resolved).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// The Cluster file every run submitted here is admitted under (its nodes, quotas and
+    /// priorities), if any.
+    pub cluster: Option<PathBuf>,
+    /// The object store runs keep their outputs in; default: the Cluster's, else the home's.
+    pub objects: Option<String>,
+    /// Requests a token may make per second (a burst of as many is allowed).
+    pub rate: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the server stopped: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A server bound to its address, ready to serve.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    config: Config,
+    service: Service,
+    metrics: Arc<metrics::Metrics>,
+    drivers: Arc<drivers::Drivers>,
+}
+
+impl Server {
+    /// Binds the listener and prepares the engine over `store`.
+    pub async fn bind(config: Config, store: Store, clock: Arc<dyn Clock>) -> Result<Self, Error> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let service = Service::for_clients(store, clock);
+        let drivers = drivers::Drivers::new(service.clone(), metrics.clone());
+        Ok(Server {
+            listener,
+            config,
+            service,
+            metrics,
+            drivers,
+        })
+    }
+
+    /// The address the API listens on (the port the system chose for `:0`).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Serves until `stop` turns true: then stops accepting requests, finishes those under
+    /// way, and stops driving runs, leaving their steps running for the next server to
+    /// adopt (as a detached engine does).
+    pub async fn serve(self, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
+        let engine = tokio::spawn(self.drivers.clone().run(stop.clone()));
+        self.metrics.set_leader(true);
+        let state = api::AppState::new(
+            self.service,
+            self.drivers,
+            self.metrics,
+            &self.config,
+            stop.clone(),
+        );
+        let app = api::router(state);
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let served = axum::serve(
+            self.listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await;
+        if let Err(e) = engine.await {
+            tracing::warn!("the engine's loop ended badly: {e}");
+        }
+        served.map_err(Error::Serve)
+    }
+}
