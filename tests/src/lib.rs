@@ -4,8 +4,11 @@
 //! tests do), so `cargo build --workspace` must run before the tests; `.ci/run` and the
 //! README's test command do.
 
+pub mod crashy;
+pub mod http;
 pub mod postgres;
 pub mod s3;
+pub mod server;
 pub mod wait;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,144 @@
+//! The server killed with SIGKILL at many moments of a run and started again: every step runs
+//! to completion exactly once, and steps running at a kill are adopted by the next server,
+//! not started again. SIGTERM stops a server gracefully and leaves the steps running.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sluice_e2e::crashy::{PIPELINE, STEPS};
+use sluice_e2e::server::{Server, token};
+use sluice_e2e::{Sandbox, wait_for};
+
+fn count(sb: &Sandbox, dir: &str, step: &str) -> usize {
+    std::fs::read_to_string(sb.path().join(dir).join(step)).map_or(0, |t| t.lines().count())
+}
+
+fn submit(server: &Server, token: &str, sb: &Sandbox, source: &str) -> String {
+    let a = server.call(
+        "POST",
+        "/api/v1/runs",
+        Some(token),
+        Some(&json!({
+            "source": source,
+            "path": "p.yaml",
+            "workdir": sb.path().display().to_string(),
+        })),
+    );
+    assert_eq!(a.status, 201, "submit: {}", a.text());
+    a.json()["id"].as_str().expect("an id").to_owned()
+}
+
+fn status(server: &Server, token: &str, id: &str) -> Value {
+    let a = server.call("GET", &format!("/api/v1/runs/{id}"), Some(token), None);
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.json()
+}
+
+#[test]
+fn killing_the_server_anywhere_loses_nothing_and_runs_nothing_twice() {
+    // A fixed sequence of kill moments (a linear congruential generator, seeded).
+    let mut seed: u64 = 0x5e7e;
+    let mut next = |lo: u64, hi: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        lo + (seed >> 33) % (hi - lo)
+    };
+    for round in 0..5 {
+        let sb = Sandbox::new(&format!("server-crash{round}"));
+        std::fs::create_dir_all(sb.path().join("starts")).expect("mkdir");
+        std::fs::create_dir_all(sb.path().join("done")).expect("mkdir");
+        let (_, t) = token(&sb, "vision", "member", &[]);
+        let mut server = Server::start(&sb, &[]);
+        server.wait_ready();
+        let id = submit(&server, &t, &sb, PIPELINE);
+        let mut kills = 0;
+        let mut adopted_running = false;
+        loop {
+            std::thread::sleep(Duration::from_millis(next(10, 400)));
+            let before = status(&server, &t, &id);
+            if before["state"] != "Running" {
+                break;
+            }
+            let running_at_kill = before["steps"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["state"] == "Running"));
+            server.kill();
+            kills += 1;
+            server = Server::start(&sb, &[]);
+            server.wait_ready();
+            adopted_running |= running_at_kill;
+            assert!(kills < 40, "round {round}: the run never ended");
+        }
+        wait_for("the run to end", || {
+            status(&server, &t, &id)["state"] != "Running"
+        });
+        let end = status(&server, &t, &id);
+        assert_eq!(end["state"], "Succeeded", "round {round}: {end}");
+        for step in STEPS {
+            assert_eq!(
+                count(&sb, "starts", step),
+                1,
+                "round {round}: {step} starts"
+            );
+            assert_eq!(
+                count(&sb, "done", step),
+                1,
+                "round {round}: {step} completions"
+            );
+        }
+        eprintln!("round {round}: {kills} kills, a step running at a kill: {adopted_running}");
+    }
+}
+
+/// A step that runs until released, in a run submitted to the server.
+const WAITING: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: waiting}
+spec:
+  steps:
+    - name: work
+      run: |
+        echo start >> starts/work
+        while [ ! -e release ]; do sleep 0.05; done
+        echo done >> done/work
+"#;
+
+#[test]
+fn sigterm_stops_the_server_and_leaves_steps_to_the_next() {
+    let sb = Sandbox::new("server-sigterm");
+    std::fs::create_dir_all(sb.path().join("starts")).expect("mkdir");
+    std::fs::create_dir_all(sb.path().join("done")).expect("mkdir");
+    let (_, t) = token(&sb, "vision", "member", &[]);
+    let mut server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let id = submit(&server, &t, &sb, WAITING);
+    wait_for("the step to start", || count(&sb, "starts", "work") == 1);
+    sluice_e2e::signal(server.pid(), "TERM");
+    assert_eq!(
+        server.wait_within(Duration::from_secs(30)),
+        Some(0),
+        "a clean exit"
+    );
+    // The run is still Running (its step too), and nobody drives it.
+    let out = sb.run(&["status", &id, "--output", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("status JSON");
+    assert_eq!(v["state"], "Running", "{v}");
+    assert_eq!(v["steps"][0]["state"], "Running", "{v}");
+    // The next server adopts it; released, it succeeds with its one attempt.
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    std::fs::write(sb.path().join("release"), "").expect("release");
+    wait_for("the run to end", || {
+        status(&server, &t, &id)["state"] != "Running"
+    });
+    let end = status(&server, &t, &id);
+    assert_eq!(end["state"], "Succeeded", "{end}");
+    assert_eq!(
+        end["steps"][0]["attempts"].as_array().map(Vec::len),
+        Some(1),
+        "{end}"
+    );
+    assert_eq!(count(&sb, "starts", "work"), 1);
+    assert_eq!(count(&sb, "done", "work"), 1);
+}
