@@ -142,3 +142,47 @@ fn sigterm_stops_the_server_and_leaves_steps_to_the_next() {
     assert_eq!(count(&sb, "starts", "work"), 1);
     assert_eq!(count(&sb, "done", "work"), 1);
 }
+
+/// Whether the server at `server` leads (its `/metrics` say so).
+fn leads(server: &Server) -> bool {
+    sluice_e2e::http::request(&server.addr, "GET", "/metrics", None, None)
+        .is_ok_and(|a| a.text().lines().any(|l| l.trim() == "sluice_leader 1"))
+}
+
+#[test]
+fn a_second_server_takes_over_when_the_leader_is_killed() {
+    let sb = Sandbox::new("server-takeover");
+    std::fs::create_dir_all(sb.path().join("starts")).expect("mkdir");
+    std::fs::create_dir_all(sb.path().join("done")).expect("mkdir");
+    let (_, t) = token(&sb, "vision", "member", &[]);
+    let mut first = Server::start(&sb, &[]);
+    first.wait_ready();
+    wait_for("the first server to lead", || leads(&first));
+    let second = Server::start(&sb, &[]);
+    second.wait_ready();
+    // Both serve the API; only one leads.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!leads(&second), "two leaders");
+    // Submitted through the follower, driven by the leader.
+    let id = submit(&second, &t, &sb, PIPELINE);
+    wait_for("a step to run", || {
+        status(&second, &t, &id)["steps"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["state"] == "Running"))
+    });
+    first.kill();
+    let killed = std::time::Instant::now();
+    wait_for("the second server to lead", || leads(&second));
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(15), "took over in {took:?}");
+    wait_for("the run to end", || {
+        status(&second, &t, &id)["state"] != "Running"
+    });
+    let end = status(&second, &t, &id);
+    assert_eq!(end["state"], "Succeeded", "{end}");
+    for step in STEPS {
+        assert_eq!(count(&sb, "starts", step), 1, "{step} starts");
+        assert_eq!(count(&sb, "done", step), 1, "{step} completions");
+    }
+    eprintln!("the second server took over {took:?} after the leader was killed");
+}

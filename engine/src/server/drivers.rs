@@ -16,6 +16,9 @@ use crate::run::admission::Schedulers;
 use crate::run::state::run as rs;
 use crate::run::{self, Driver, Ending, Interrupt};
 use crate::service::Service;
+use crate::store::Store;
+
+use super::leader::Elected;
 
 /// How often the store is looked through for runs nobody drives.
 pub const ADOPT_EVERY: Duration = Duration::from_secs(1);
@@ -23,6 +26,9 @@ pub const ADOPT_EVERY: Duration = Duration::from_secs(1);
 /// The driver tasks of this process, by run id.
 pub struct Drivers {
     service: Service,
+    /// The store fenced with this server's epoch while it leads (its drivers write through
+    /// it); None while another server leads.
+    lead: Mutex<Option<Store>>,
     schedulers: Schedulers,
     metrics: Arc<Metrics>,
     /// Each driven run's way to be told to stop (detach) at shutdown.
@@ -43,6 +49,7 @@ impl Drivers {
     pub fn new(service: Service, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Drivers {
             service,
+            lead: Mutex::new(None),
             schedulers: Schedulers::default(),
             metrics,
             running: Mutex::new(HashMap::new()),
@@ -61,8 +68,17 @@ impl Drivers {
         self.wake.notify_one();
     }
 
-    /// Starts driving run `id` unless this process drives it already.
+    /// The store this server's drivers write through, while it leads.
+    fn leading(&self) -> Option<Store> {
+        self.lead.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Starts driving run `id` unless this process drives it already, or another server
+    /// leads (which adopts it within a second).
     pub fn drive(self: &Arc<Self>, id: &str) {
+        let Some(store) = self.leading() else {
+            return;
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         {
             let Ok(mut running) = self.running.lock() else {
@@ -77,7 +93,7 @@ impl Drivers {
         let id = id.to_owned();
         let task = async move {
             let span = tracing::info_span!("run", id = %id);
-            let _ = tracing::Instrument::instrument(me.drive_one(&id, rx), span).await;
+            let _ = tracing::Instrument::instrument(me.drive_one(store, &id, rx), span).await;
             if let Ok(mut running) = me.running.lock() {
                 running.remove(&id);
             }
@@ -89,8 +105,8 @@ impl Drivers {
         }
     }
 
-    async fn drive_one(&self, id: &str, rx: mpsc::UnboundedReceiver<Interrupt>) {
-        let store = self.service.store();
+    async fn drive_one(&self, store: Store, id: &str, rx: mpsc::UnboundedReceiver<Interrupt>) {
+        let store = &store;
         let clock = self.service.clock().clone();
         let opened = match Driver::open(store.clone(), id, &self.schedulers, clock).await {
             Ok(opened) => opened,
@@ -134,16 +150,25 @@ impl Drivers {
     }
 
     /// Adopts every `Running` run that no live engine holds (this process's own runs are
-    /// already driven).
-    pub async fn adopt(self: &Arc<Self>) -> Result<(), crate::store::Error> {
-        let store = self.service.store();
+    /// already driven), and those `previous` (the server that led before) held, whose leases
+    /// need not be waited out: that server is fenced.
+    pub async fn adopt(
+        self: &Arc<Self>,
+        previous: Option<&str>,
+    ) -> Result<(), crate::store::Error> {
+        let Some(store) = self.leading() else {
+            return Ok(());
+        };
         let now = self.service.clock().now_ms();
-        let me = run::engine::me(0).owner;
+        let me = run::engine::me(now + run::engine::LEASE_MS);
         let runs = store.runs(None, Some(rs::RUNNING), i64::MAX).await?;
         for r in runs {
             let free = match r.holder() {
                 None => true,
-                Some(h) => h.owner == me || !run::engine::alive(&h, now),
+                Some(h) if previous == Some(h.owner.as_str()) => {
+                    store.take_lease(&r.id, &me, |_| true, true).await?.is_ok()
+                }
+                Some(h) => h.owner == me.owner || !run::engine::alive(&h, now),
             };
             if free {
                 self.drive(&r.id);
@@ -152,21 +177,58 @@ impl Drivers {
         Ok(())
     }
 
-    /// Adopts runs until `stop` turns true, then tells every driver to stop driving (their
-    /// steps keep running) and waits for them.
-    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+    /// Follows the lead: while this server leads, adopts runs (every [`ADOPT_EVERY`], or
+    /// when woken); when it loses the lead or `stop` turns true, tells every driver to stop
+    /// driving (their steps keep running) and waits for them.
+    pub async fn run(
+        self: Arc<Self>,
+        mut lead: watch::Receiver<Option<Elected>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut previous: Option<String> = None;
+        let mut handled: Option<Elected> = None;
         loop {
             if *stop.borrow() {
                 break;
             }
-            if let Err(e) = self.adopt().await {
-                tracing::warn!("cannot look for runs to drive: {e}");
+            // The lead as the election says it now (a change seen by `changed` below is
+            // handled here, on the next turn).
+            let now = lead.borrow_and_update().clone();
+            if now != handled {
+                match &now {
+                    Some(e) => {
+                        if let Ok(mut l) = self.lead.lock() {
+                            *l = Some(self.service.store().fenced(e.epoch));
+                        }
+                        self.metrics.set_leader(true);
+                        previous.clone_from(&e.previous);
+                    }
+                    None => {
+                        if let Ok(mut l) = self.lead.lock() {
+                            *l = None;
+                        }
+                        self.metrics.set_leader(false);
+                        self.detach_all().await;
+                    }
+                }
+                handled = now;
+            }
+            if self.leading().is_some() {
+                if let Err(e) = self.adopt(previous.as_deref()).await {
+                    tracing::warn!("cannot look for runs to drive: {e}");
+                } else {
+                    previous = None;
+                }
             }
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
+                _ = lead.changed() => {}
                 () = self.wake.notified() => {}
                 () = tokio::time::sleep(ADOPT_EVERY) => {}
             }
+        }
+        if let Ok(mut l) = self.lead.lock() {
+            *l = None;
         }
         self.detach_all().await;
     }

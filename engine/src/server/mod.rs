@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod drivers;
+pub mod leader;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -85,8 +86,19 @@ impl Server {
     /// way, and stops driving runs, leaving their steps running for the next server to
     /// adopt (as a detached engine does).
     pub async fn serve(self, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
-        let engine = tokio::spawn(self.drivers.clone().run(stop.clone()));
-        self.metrics.set_leader(true);
+        // The election and the engine: the engine drives runs while the election says this
+        // server leads.
+        let (lead_tx, lead_rx) = watch::channel(None);
+        let me = crate::run::engine::me(0).owner;
+        let election = tokio::spawn(leader::elect(
+            self.service.store().clone(),
+            self.service.clock().clone(),
+            me.clone(),
+            lead_tx,
+            stop.clone(),
+        ));
+        let engine = tokio::spawn(self.drivers.clone().run(lead_rx.clone(), stop.clone()));
+        let store = self.service.store().clone();
         let state = api::AppState::new(
             self.service,
             self.drivers,
@@ -106,6 +118,15 @@ impl Server {
         .await;
         if let Err(e) = engine.await {
             tracing::warn!("the engine's loop ended badly: {e}");
+        }
+        let _ = election.await;
+        // Every driver has stopped: the lead is let go at once, so that another server takes
+        // over without waiting for the lease to run out.
+        let last = lead_rx.borrow().clone();
+        if let Some(e) = last
+            && let Err(err) = store.resign(e.epoch, &me).await
+        {
+            tracing::warn!("cannot let the lead go: {err}");
         }
         served.map_err(Error::Serve)
     }

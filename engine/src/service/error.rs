@@ -113,7 +113,9 @@ impl From<crate::store::Error> for Error {
                 in_the_way: None,
             },
             S::BadUrl(message) => Error::invalid(message),
-            e @ (S::Unavailable(_) | S::Sql(_) | S::Corrupt(_)) => Error::Unavailable(Box::new(e)),
+            e @ (S::Unavailable(_) | S::Sql(_) | S::Corrupt(_) | S::Fenced(_)) => {
+                Error::Unavailable(Box::new(e))
+            }
         }
     }
 }

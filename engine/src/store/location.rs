@@ -265,6 +265,7 @@ async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
         dialect: Dialect::Sqlite,
         home: home.to_owned(),
         shown: file.display().to_string(),
+        fence: None,
     };
     migrate_sqlite(&store, file).await?;
     Ok(store)
@@ -331,6 +332,7 @@ async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, E
         dialect: Dialect::Postgres,
         home: home.to_owned(),
         shown,
+        fence: None,
     };
     // sqlx's migrator takes a PostgreSQL advisory lock itself: servers starting at once take
     // turns.

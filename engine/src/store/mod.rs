@@ -14,6 +14,7 @@
 
 mod engines;
 mod housekeeping;
+mod leader;
 mod load;
 mod location;
 mod read;
@@ -31,6 +32,7 @@ use sqlx::AnyPool;
 
 pub use engines::Orphan;
 pub use housekeeping::Marked;
+pub use leader::Leadership;
 pub use load::Load;
 pub use location::{Location, choose, chosen};
 pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
@@ -69,6 +71,10 @@ pub enum Error {
         adding: u64,
         limit: u64,
     },
+    /// This process's engine was elected leader with an epoch that is no longer the store's:
+    /// another server took over, and this one may not write as the leader any more.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl Error {
@@ -120,6 +126,10 @@ pub struct Store {
     pub home: PathBuf,
     /// Where the store is, as messages show it (a PostgreSQL password hidden).
     shown: String,
+    /// The leader's epoch this store writes under (a server's engine): every write
+    /// transaction checks it first, and fails with `Fenced` once another server has taken
+    /// over. None: no check (the embedded CLI, a server's API).
+    fence: Option<i64>,
 }
 
 impl Store {
@@ -164,6 +174,14 @@ impl Store {
 
     /// Begins a write transaction holding `lock` (see [`Lock`]).
     pub(crate) async fn write(&self, lock: Lock<'_>) -> Result<Tx, Error> {
+        let mut tx = self.locked(lock).await?;
+        if let Some(epoch) = self.fence {
+            leader::check(&mut tx, self.dialect, epoch).await?;
+        }
+        Ok(tx)
+    }
+
+    async fn locked(&self, lock: Lock<'_>) -> Result<Tx, Error> {
         match self.dialect {
             Dialect::Sqlite => Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?),
             Dialect::Postgres => {

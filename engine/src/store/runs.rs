@@ -413,6 +413,8 @@ impl Store {
         step: &str,
         outputs: &str,
     ) -> Result<(), Error> {
+        // Through a write transaction, so that a fenced leader's engine cannot add entries.
+        let mut tx = self.write(Lock::Run(run)).await?;
         sqlx::query("INSERT INTO cache (team, key, run_id, step, outputs, created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (team, key) DO UPDATE SET run_id = excluded.run_id, step = excluded.step, outputs = excluded.outputs, created_at = excluded.created_at")
             .bind(team)
             .bind(key)
@@ -420,8 +422,9 @@ impl Store {
             .bind(step)
             .bind(outputs)
             .bind(crate::time::now_rfc3339())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -942,3 +942,64 @@ conformance!(the_audit_record_keeps_changes_in_order, |store, backend| {
     assert_eq!(actions, ["token create", "submit", "cancel"], "{backend}");
     assert_eq!(record[1].target, "run r1");
 });
+
+conformance!(
+    a_leader_that_was_taken_over_writes_no_more,
+    |store, backend| {
+        store
+            .create_run(&new_run("r", "p", "t", &["a"]), None)
+            .await
+            .expect("create");
+        // Server A leads (epoch 1) and writes through its fenced store.
+        let seen = store.leadership().await.expect("the leader row");
+        assert_eq!((seen.epoch, seen.holder.as_deref()), (0, None));
+        let a = store
+            .try_lead(&seen, "1@a", 10_000)
+            .await
+            .expect("run for leader")
+            .expect("A leads");
+        let fenced = store.fenced(a);
+        let change = || Change {
+            steps: vec![],
+            new_steps: vec![],
+            attempts: vec![],
+            run_end: None,
+            events: vec![Event {
+                step: None,
+                kind: "by-a".into(),
+                detail: None,
+            }],
+        };
+        fenced
+            .commit("r", change())
+            .await
+            .expect("A writes while it leads");
+        assert!(store.renew_lead(a, "1@a", 20_000).await.expect("renew"));
+        // A second candidate that read the same row loses the race.
+        assert_eq!(
+            store.try_lead(&seen, "2@b", 10_000).await.expect("race"),
+            None
+        );
+        // B takes over once A's lease has run out: A's writes are refused from then on, and A
+        // cannot renew; nothing of A's reaches the store.
+        let seen = store.leadership().await.expect("the leader row");
+        let b = store
+            .try_lead(&seen, "2@b", 30_000)
+            .await
+            .expect("run for leader")
+            .expect("B leads");
+        assert_eq!(b, a + 1);
+        let refused = fenced.commit("r", change()).await;
+        assert!(matches!(refused, Err(Error::Fenced(_))), "{refused:?}");
+        assert!(!store.renew_lead(a, "1@a", 40_000).await.expect("renew"));
+        assert_eq!(events(&store, "r").await, ["created", "by-a"]);
+        store
+            .fenced(b)
+            .commit("r", change())
+            .await
+            .expect("B writes");
+        // B resigns: its lease ends at once.
+        store.resign(b, "2@b").await.expect("resign");
+        assert_eq!(store.leadership().await.expect("row").until_ms, 0);
+    }
+);
