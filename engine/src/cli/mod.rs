@@ -12,6 +12,7 @@ mod run;
 mod simulate;
 mod status;
 mod sweep;
+mod usage;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -117,6 +118,9 @@ pub enum Command {
     /// priority), Jain's fairness index, preemptions, GPU-hours lost to preemption and cost
     /// per team; --output json gives the contract's shape, byte-identical for the same inputs.
     Simulate(simulate::Args),
+    /// GPU-hours, CPU-hours, cost (from the pools' prices) and wasted GPU-hours per team, pool
+    /// or pipeline, from the recorded attempts; running ones count up to now.
+    Usage(usage::Args),
     /// The step runtime built into this binary (what `sluice-runtime` does): `sluice runtime
     /// serve`, `sluice runtime exec DIR`. The engine uses it when no `sluice-runtime` binary is
     /// found, so that `sluice` alone is enough on a machine.
@@ -211,6 +215,7 @@ async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Resul
             let store = existing(home, &a.run).await?;
             logs::run(&store, a, format).await
         }
+        Command::Usage(a) => usage::run(home, a, format).await,
         Command::Lint(_) | Command::Simulate(_) | Command::Runtime { .. } => Ok(Outcome::Success),
     }
 }
