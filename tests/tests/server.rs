@@ -272,6 +272,10 @@ fn the_cli_through_a_server_prints_what_embedded_mode_prints() {
         assert_eq!(remote.code, Some(0), "{args:?}: {}", remote.stderr);
         assert_eq!(remote.stdout, local.stdout, "{args:?} through the server");
     }
+    let remote = server.cli(&sb, Some(&a), &["usage", "--by", "team,pool,pipeline"]);
+    let local = sb.run(&["usage", "--by", "team,pool,pipeline"]);
+    assert_eq!(remote.code, Some(0), "usage: {}", remote.stderr);
+    assert_eq!(remote.stdout, local.stdout, "usage through the server");
     let remote = server.cli(&sb, Some(&a), &["runs", "--output", "json"]);
     let local = sb.run(&["runs", "--output", "json"]);
     let strip = |s: &str| -> Value {

@@ -15,6 +15,7 @@ mod simulate;
 pub mod status;
 mod sweep;
 mod token;
+pub mod usage;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -133,6 +134,9 @@ pub enum Command {
     Server(server::Args),
     /// Make, list and revoke the tokens clients of a server use (one team, one role each).
     Token(token::Args),
+    /// GPU-hours, CPU-hours, cost (from the pools' prices) and wasted GPU-hours per team, pool
+    /// or pipeline, from the recorded attempts; running ones count up to now.
+    Usage(usage::Args),
     /// The step runtime built into this binary (what `sluice-runtime` does): `sluice runtime
     /// serve`, `sluice runtime exec DIR`. The engine uses it when no `sluice-runtime` binary is
     /// found, so that `sluice` alone is enough on a machine.
@@ -238,6 +242,7 @@ async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Resul
             let store = existing(home, &a.run).await?;
             logs::run(&store, a, format).await
         }
+        Command::Usage(a) => usage::run(home, a, format).await,
         Command::Lint(_) | Command::Simulate(_) | Command::Server(_) | Command::Runtime { .. } => {
             Ok(Outcome::Success)
         }
@@ -264,6 +269,7 @@ async fn remote_dispatch(
         Command::Resume(a) => remote::resume(c, a, format).await,
         Command::Preempt(a) => remote::preempt(c, a, format).await,
         Command::Token(a) => remote::token(c, &a.command, format).await,
+        Command::Usage(a) => remote::usage(c, a, format).await,
         Command::Delete(_) | Command::Gc(_) => Err(Error::Usage(format!(
             "`delete` and `gc` work on a local home, not through a server ({}): run them on the server's host",
             c.base()

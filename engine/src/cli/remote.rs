@@ -420,3 +420,16 @@ pub async fn token(
     }
     Ok(Outcome::Success)
 }
+
+/// `sluice usage` against the server.
+pub async fn usage(c: &Client, args: &super::usage::Args, format: Format) -> Result<Outcome, Error> {
+    let mut query = vec![format_query(format), ("by", args.by.clone())];
+    for (k, v) in [("team", &args.team), ("since", &args.since), ("until", &args.until)] {
+        if let Some(v) = v {
+            query.push((k, v.clone()));
+        }
+    }
+    let body = c.text(Method::GET, "/api/v1/usage", &query).await?;
+    print(&body, format)?;
+    Ok(Outcome::Success)
+}

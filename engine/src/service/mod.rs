@@ -1,5 +1,5 @@
 //! The engine's operations, as any front end calls them: submit, list, status, logs, cancel,
-//! retry, resume and preempt. Each takes the [`Principal`] asking and returns a typed
+//! retry, resume, preempt and usage. Each takes the [`Principal`] asking and returns a typed
 //! [`Error`]; the CLI maps errors to exit codes (`cli::exit`), the server's API will map them
 //! to HTTP statuses ([`Error::status_code`]). Nothing here prints or parses flags.
 //!
@@ -21,6 +21,7 @@ pub mod submit;
 #[cfg(test)]
 mod tests;
 pub mod tokens;
+pub mod usage;
 pub mod view;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub use principal::{Principal, Role};
 pub use read::{Filter, Listing};
 pub use submit::{Checked, Request, Submitted};
 pub use tokens::{Authenticated, Created};
+pub use usage::{Usage, UsageQuery};
 pub use view::RunView;
 
 use crate::clock::Clock;

@@ -161,7 +161,7 @@ impl Service {
 
     /// Records the ends of attempts whose engine died (`run::reap`); a store that cannot be
     /// written to still shows what it holds.
-    async fn collect_quietly(&self) {
+    pub(super) async fn collect_quietly(&self) {
         if let Err(e) = crate::run::reap::collect(&self.store, None, self.clock.as_ref()).await {
             tracing::info!("cannot collect the attempts of runs whose engine is gone: {e}");
         }

@@ -24,6 +24,7 @@ mod scheduling;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod usage;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +40,7 @@ pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, Step
 pub use runs::RunQuery;
 pub use scheduling::{Claim, Placed, Rate};
 pub use tokens::{AuditRow, TokenRow};
+pub use usage::UsageRow;
 
 /// How long a command waits for a store another process holds before it gives up (exit 3).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1001,5 +1001,97 @@ conformance!(
         // B resigns: its lease ends at once.
         store.resign(b, "2@b").await.expect("resign");
         assert_eq!(store.leadership().await.expect("row").until_ms, 0);
+    usage_reads_the_attempts_that_held_room_in_a_window,
+    |store, backend| {
+        store
+            .create_run(&new_run("r1", "train", "vision", &["fit"]), None)
+            .await
+            .expect("create");
+        store
+            .create_run(&new_run("r2", "eval", "nlp", &["score"]), None)
+            .await
+            .expect("create");
+        // Attempts by hour of 2026-12-02: fit 1 from 01 to 03, fit 2 from 05 and running, score 1
+        // from 02 to 04 (placed on a cluster node).
+        let hour = |h: u32| format!("2026-12-02T{h:02}:00:00.000Z");
+        let rows = [
+            ("r1", "fit", 1, at::PREEMPTED, 1, Some(3), None),
+            ("r1", "fit", 2, at::RUNNING, 5, None, None),
+            ("r2", "score", 1, at::SUCCEEDED, 2, Some(4), Some("[1]")),
+        ];
+        for (run, step, number, state, start, end, nodes) in rows {
+            sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, ended_at, job, nodes) VALUES ($1, $2, $3, $4, $5, 1500, 0, '0,1', $6, $7, $8, $9)")
+            .bind(run)
+            .bind(step)
+            .bind(number)
+            .bind(state)
+            .bind(format!("/attempts/{run}/{step}.{number}"))
+            .bind(hour(start))
+            .bind(end.map(hour))
+            .bind(nodes.map(|_| "{}"))
+            .bind(nodes)
+            .execute(store.pool())
+            .await
+            .expect("insert");
+        }
+        let found = |rows: Vec<UsageRow>| -> Vec<(String, i64)> {
+            rows.into_iter().map(|r| (r.step, r.number)).collect()
+        };
+        let all = store.usage(None, None, None).await.expect("usage");
+        assert_eq!(all.len(), 3, "{backend}");
+        let fit = &all[0];
+        assert_eq!(
+            (
+                fit.run_id.as_str(),
+                fit.team.as_str(),
+                fit.pipeline.as_str(),
+                fit.file_step.as_str(),
+                fit.state.as_str(),
+                fit.millicpu,
+                fit.gpus.as_deref(),
+                fit.ended_at.as_deref(),
+            ),
+            (
+                "r1",
+                "vision",
+                "train",
+                "fit",
+                at::PREEMPTED,
+                1500,
+                Some("0,1"),
+                Some(hour(3).as_str())
+            ),
+            "{backend}"
+        );
+        assert_eq!(all[2].nodes.as_deref(), Some("[1]"), "{backend}");
+        assert_eq!(all[2].job.as_deref(), Some("{}"), "{backend}");
+        // One team's.
+        assert_eq!(
+            found(store.usage(Some("nlp"), None, None).await.expect("usage")),
+            [("score".to_owned(), 1)],
+            "{backend}"
+        );
+        // [03:00, 05:00): fit 1 ended at 03 (nothing in it), fit 2 starts at 05 (nothing yet).
+        assert_eq!(
+            found(
+                store
+                    .usage(None, Some(&hour(3)), Some(&hour(5)))
+                    .await
+                    .expect("usage")
+            ),
+            [("score".to_owned(), 1)],
+            "{backend}"
+        );
+        // From 06:00 on: only the running one.
+        assert_eq!(
+            found(
+                store
+                    .usage(None, Some(&hour(6)), None)
+                    .await
+                    .expect("usage")
+            ),
+            [("fit".to_owned(), 2)],
+            "{backend}"
+        );
     }
 );

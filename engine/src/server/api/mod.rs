@@ -12,6 +12,7 @@ mod error;
 mod runs;
 mod system;
 mod tokens;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +115,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::revoke))
         .routes(routes!(tokens::audit))
+        .routes(routes!(usage::usage))
         .split_for_parts()
 }
 

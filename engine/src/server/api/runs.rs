@@ -71,11 +71,11 @@ pub struct StepPath {
     step: String,
 }
 
-fn text_response(bytes: Vec<u8>) -> Response {
+pub(super) fn text_response(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response()
 }
 
-fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
+pub(super) fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
     match serde_json::to_vec(value) {
         Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(e) => ApiError::Service(service::Error::io(

@@ -1,0 +1,692 @@
+//! `usage`: GPU-hours, CPU-hours, cost and wasted GPU-hours per team, pool or pipeline, from
+//! the recorded attempts and the prices of the pools they ran on (`spec/server.md`, "Usage
+//! and cost").
+//!
+//! An attempt's pool is read from what cluster mode records with it: each worker's node (an
+//! index into the nodes of the Cluster file the run kept, in the file's order), whose pool
+//! gives the name and `price`. Without a Cluster an attempt ran on this machine, the pool
+//! `local`, which has no price. The arithmetic is [`account`]'s, pure and unit-tested; this
+//! file gathers its inputs.
+
+mod account;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use account::{Figures, Key, Price, Row as UsageGroup, Share, Usage, Window, account, lost_ms};
+
+use super::{Error, Principal, Service};
+use crate::run::cluster::Ask;
+use crate::run::state::attempt as at;
+use crate::scheduler::config::Config;
+use crate::spec::model::{Action, Pipeline};
+use crate::store::{RunRow, UsageRow};
+
+/// The pool of attempts run without a Cluster, on this machine.
+pub const LOCAL_POOL: &str = "local";
+
+/// What `usage` is asked: `--team`, `--since`, `--until` as given (a date, `2026-12-01`, UTC;
+/// or an RFC 3339 time), and the keys of `--by` ([`parse_by`]; empty: `team`).
+#[derive(Clone, Debug, Default)]
+pub struct UsageQuery {
+    pub team: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub by: Vec<Key>,
+}
+
+/// The keys of `--by` (`team,pool,pipeline`, any of them, in any order; each counts once),
+/// or `Invalid` naming the bad one.
+pub fn parse_by(text: &str) -> Result<Vec<Key>, Error> {
+    let mut keys = Vec::new();
+    for word in text.split(',').map(str::trim) {
+        let Some(key) = Key::ALL.into_iter().find(|k| k.as_str() == word) else {
+            let hint = crate::spec::diagnostic::nearest(word, Key::ALL.map(Key::as_str))
+                .map(|n| format!(" (did you mean '{n}'?)"))
+                .unwrap_or_default();
+            return Err(Error::invalid(format!(
+                "--by {text}: '{word}' is not a key; group by team, pool or pipeline, comma-separated{hint}"
+            )));
+        };
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
+/// A `--since` or `--until` bound in unix ms: an RFC 3339 time, or a date (UTC), which
+/// `--since` takes from its first moment and `--until` to its last (the day is included).
+fn bound(flag: &str, given: &str, end_of_day: bool) -> Result<i64, Error> {
+    if let Ok(ms) = crate::time::parse_ms(given) {
+        return Ok(ms);
+    }
+    let day = chrono::NaiveDate::parse_from_str(given, "%Y-%m-%d").map_err(|_| {
+        Error::invalid(format!(
+            "{flag} {given}: give a date (2026-12-01, UTC) or an RFC 3339 time (2026-12-01T09:00:00Z)"
+        ))
+    })?;
+    let day = if end_of_day {
+        day.succ_opt().unwrap_or(day)
+    } else {
+        day
+    };
+    Ok(day
+        .and_hms_opt(0, 0, 0)
+        .map_or(0, |t| t.and_utc().timestamp_millis()))
+}
+
+/// The window `query.since` and `query.until` give, or `Invalid` (a bad date, or an empty
+/// window).
+pub fn window(query: &UsageQuery) -> Result<Window, Error> {
+    let window = Window {
+        since: query
+            .since
+            .as_deref()
+            .map(|s| bound("--since", s, false))
+            .transpose()?,
+        until: query
+            .until
+            .as_deref()
+            .map(|u| bound("--until", u, true))
+            .transpose()?,
+    };
+    if let (Some(since), Some(until)) = (window.since, window.until)
+        && since >= until
+    {
+        return Err(Error::invalid(format!(
+            "--since {} is not before --until {}",
+            query.since.as_deref().unwrap_or_default(),
+            query.until.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok(window)
+}
+
+/// What usage needs of a run beyond its attempt rows: its pools and each step's checkpoint
+/// interval, read once per run.
+#[derive(Default)]
+struct Runs {
+    rows: HashMap<String, RunRow>,
+    /// By the stored Cluster's text: the pool of each node, and each pool's name and price.
+    pools: HashMap<String, Arc<Pools>>,
+    /// By run id, then step of the file: its checkpoint interval.
+    checkpoints: HashMap<String, HashMap<String, Option<Duration>>>,
+}
+
+struct Pools {
+    /// Node index to pool index.
+    node_pool: Vec<usize>,
+    pools: Vec<(String, Price)>,
+}
+
+impl Pools {
+    fn of(config: &Config) -> Pools {
+        Pools {
+            node_pool: config.cluster.nodes.iter().map(|n| n.pool).collect(),
+            pools: config
+                .cluster
+                .pools
+                .iter()
+                .zip(&config.prices)
+                .map(|(p, &(gpu_hour, cpu_hour))| (p.name.clone(), Price { gpu_hour, cpu_hour }))
+                .collect(),
+        }
+    }
+}
+
+/// Stored data usage cannot read: the row named, nothing guessed.
+fn corrupt(message: String) -> Error {
+    crate::store::Error::Corrupt(message).into()
+}
+
+impl Service {
+    /// GPU-hours, CPU-hours, cost and wasted GPU-hours of the attempts that held resources in
+    /// the window, grouped by `query.by` (default: team). A team-bound principal (member,
+    /// viewer) sees its own team's usage only: `--team` naming another matches nothing.
+    /// Running attempts count up to now (the service's clock); attempts of dead engines are
+    /// collected first, so that they do not count on. Runs removed by `delete` or `gc` are
+    /// gone from it with their attempts.
+    pub async fn usage(&self, who: &Principal, query: &UsageQuery) -> Result<Usage, Error> {
+        let window = window(query)?;
+        let by = if query.by.is_empty() {
+            vec![Key::Team]
+        } else {
+            query.by.clone()
+        };
+        let team = match (query.team.as_deref(), who.bound_team()) {
+            (Some(asked), Some(own)) if asked != own => return Ok(Usage::default()),
+            (asked, own) => asked.or(own),
+        };
+        self.collect_quietly().await;
+        let text = |ms: Option<i64>| {
+            ms.and_then(chrono::DateTime::from_timestamp_millis)
+                .map(crate::time::format)
+        };
+        let (since, until) = (text(window.since), text(window.until));
+        let attempts = self
+            .store
+            .usage(team, since.as_deref(), until.as_deref())
+            .await?;
+        let now = self.clock.now_ms();
+        let mut runs = Runs::default();
+        let mut shares = Vec::with_capacity(attempts.len());
+        for a in &attempts {
+            self.shares(a, now, &mut runs, &mut shares).await?;
+        }
+        Ok(account(&shares, window, &by))
+    }
+
+    /// Attempt `a`'s shares, one per pool its workers ran on.
+    async fn shares(
+        &self,
+        a: &UsageRow,
+        now: i64,
+        runs: &mut Runs,
+        out: &mut Vec<Share>,
+    ) -> Result<(), Error> {
+        let what = || {
+            format!(
+                "attempt {} of step {} of run {}",
+                a.number, a.step, a.run_id
+            )
+        };
+        let time =
+            |t: &str| crate::time::parse_ms(t).map_err(|e| corrupt(format!("{}: {e}", what())));
+        let start_ms = time(&a.started_at)?;
+        let end_ms = match &a.ended_at {
+            Some(t) if a.state != at::RUNNING => time(t)?,
+            _ => now,
+        }
+        .max(start_ms);
+        let lost_ms = if a.state == at::PREEMPTED || a.state == at::LOST {
+            let every = self.checkpoint(a, runs).await?;
+            lost_ms(&a.state, end_ms - start_ms, every)
+        } else {
+            0
+        };
+        let share = |pool: &str, price: Price, gpus: u64, millicpu: u64| Share {
+            team: a.team.clone(),
+            pool: pool.to_owned(),
+            pipeline: a.pipeline.clone(),
+            gpus,
+            millicpu,
+            price,
+            start_ms,
+            end_ms,
+            lost_ms,
+        };
+        let (Some(job), Some(nodes)) = (&a.job, &a.nodes) else {
+            let gpus = a
+                .gpus
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .filter(|g| !g.trim().is_empty())
+                .count() as u64;
+            let millicpu = u64::try_from(a.millicpu).unwrap_or(0);
+            out.push(share(LOCAL_POOL, Price::default(), gpus, millicpu));
+            return Ok(());
+        };
+        let ask: Ask = serde_json::from_str(job)
+            .map_err(|e| corrupt(format!("{}: its request cannot be read ({e})", what())))?;
+        let nodes: Vec<usize> = serde_json::from_str(nodes)
+            .map_err(|e| corrupt(format!("{}: its nodes cannot be read ({e})", what())))?;
+        let pools = self.pools(&a.run_id, runs).await?;
+        // Workers per pool, in the Cluster's order of pools.
+        let mut workers = vec![0u64; pools.pools.len()];
+        for n in nodes {
+            let pool = pools
+                .node_pool
+                .get(n)
+                .and_then(|&p| workers.get_mut(p))
+                .ok_or_else(|| {
+                    corrupt(format!(
+                        "{}: node {n} is not a node of the run's Cluster",
+                        what()
+                    ))
+                })?;
+            *pool += 1;
+        }
+        for ((name, price), count) in pools.pools.iter().zip(workers) {
+            if count > 0 {
+                out.push(share(name, *price, ask.gpu * count, ask.millicpu * count));
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `id`'s row, read once.
+    async fn run_row<'r>(&self, id: &str, runs: &'r mut Runs) -> Result<&'r RunRow, Error> {
+        if !runs.rows.contains_key(id) {
+            let row = self.store.run(id).await?;
+            runs.rows.insert(id.to_owned(), row);
+        }
+        runs.rows
+            .get(id)
+            .ok_or_else(|| corrupt(format!("run {id} vanished while usage read it")))
+    }
+
+    /// The pools of the Cluster run `id` kept.
+    async fn pools(&self, id: &str, runs: &mut Runs) -> Result<Arc<Pools>, Error> {
+        let stored = self
+            .run_row(id, runs)
+            .await?
+            .cluster
+            .clone()
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "run {id} has attempts placed on a Cluster's nodes but keeps no Cluster file"
+                ))
+            })?;
+        if let Some(p) = runs.pools.get(&stored) {
+            return Ok(p.clone());
+        }
+        let spec =
+            crate::run::cluster::of_run(&stored).map_err(|e| corrupt(format!("run {id}: {e}")))?;
+        let pools = Arc::new(Pools::of(&Config::from_spec(&spec)));
+        runs.pools.insert(stored, pools.clone());
+        Ok(pools)
+    }
+
+    /// The checkpoint interval of attempt `a`'s step, from the pipeline its run kept.
+    async fn checkpoint(&self, a: &UsageRow, runs: &mut Runs) -> Result<Option<Duration>, Error> {
+        if !runs.checkpoints.contains_key(&a.run_id) {
+            let run = self.run_row(&a.run_id, runs).await?;
+            let pipeline = crate::run::driver::pipeline_of(run)
+                .map_err(|e| corrupt(format!("run {}: {e}", a.run_id)))?;
+            runs.checkpoints
+                .insert(a.run_id.clone(), checkpoints(&pipeline));
+        }
+        Ok(runs
+            .checkpoints
+            .get(&a.run_id)
+            .and_then(|c| c.get(&a.file_step))
+            .copied()
+            .flatten())
+    }
+}
+
+/// Each step's checkpoint interval by the name its rows carry: a sweep's trials are rows of
+/// `SWEEP.trial` (`trial` for a sweep file), which checkpoint as the sweep's trial template
+/// says.
+fn checkpoints(pipeline: &Pipeline) -> HashMap<String, Option<Duration>> {
+    let mut out = HashMap::new();
+    for step in &pipeline.steps {
+        out.insert(step.name.clone(), step.checkpoint);
+        if let Action::Sweep {
+            sweep: Some(sweep), ..
+        } = &step.action
+        {
+            let trial = if pipeline.from_sweep {
+                "trial".to_owned()
+            } else {
+                format!("{}.trial", step.name)
+            };
+            out.insert(trial, sweep.trial.checkpoint);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_takes_known_keys_once_and_names_a_wrong_one() {
+        assert_eq!(
+            parse_by("pipeline, team,pipeline").expect("valid"),
+            [Key::Pipeline, Key::Team]
+        );
+        let e = parse_by("team,pol").expect_err("a typo");
+        assert_eq!(e.status_code(), 400);
+        assert!(e.to_string().contains("did you mean 'pool'"), "{e}");
+    }
+
+    #[test]
+    fn a_date_bound_covers_whole_days_in_utc() {
+        let day = 1_796_083_200_000; // 2026-12-01T00:00:00Z
+        assert_eq!(bound("--since", "2026-12-01", false).expect("date"), day);
+        assert_eq!(
+            bound("--until", "2026-12-01", true).expect("date"),
+            day + 86_400_000
+        );
+        assert_eq!(
+            bound("--until", "2026-12-01T10:00:00+01:00", true).expect("time"),
+            day + 9 * 3_600_000
+        );
+        let e = bound("--since", "yesterday", false).expect_err("not a date");
+        assert!(
+            e.to_string().starts_with("--since yesterday: give a date"),
+            "{e}"
+        );
+    }
+}
+
+/// The operation over a real SQLite store: pools read from the run's Cluster, prices, lost
+/// work from the pipeline's checkpoints, running attempts up to the clock's now, and who
+/// sees what.
+#[cfg(test)]
+mod service_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::service::Role;
+    use crate::store::{NewRun, StepRow, Store};
+
+    const PIPELINE: &str = "\
+apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: train}
+spec:
+  steps:
+    - name: fit
+      run: 'true'
+      checkpoint: {every: 10m}
+    - name: eval
+      run: 'true'
+      checkpoint: false
+";
+
+    const CLUSTER: &str = "\
+apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 1
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+      price: {gpuHour: 2.50, cpuHour: 0.04}
+    - name: spot
+      nodes: 2
+      resources: {gpu: 8, cpu: 64, memory: 512Gi}
+      interruptible: true
+      price: {gpuHour: 1.00}
+";
+
+    /// Now, as the service's clock says: 2026-12-02T19:00:00Z.
+    const NOW: i64 = 1_796_238_000_000;
+    const H: i64 = 3_600_000;
+
+    struct Home {
+        path: std::path::PathBuf,
+        service: Service,
+    }
+
+    impl Drop for Home {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+
+    async fn home(tag: &str) -> Home {
+        let path = std::env::temp_dir().join(format!("sluice-usage-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let store = Store::open(&path).await.expect("open the store");
+        let clock =
+            ManualClock::new(chrono::DateTime::from_timestamp_millis(NOW).expect("a valid time"));
+        Home {
+            path,
+            service: Service::new(store, Arc::new(clock)),
+        }
+    }
+
+    async fn run(h: &Home, id: &str, team: &str, cluster: bool) {
+        let step = |name: &str| StepRow {
+            name: name.into(),
+            step: name.into(),
+            state: "Pending".into(),
+            ..StepRow::default()
+        };
+        let run = NewRun {
+            id: id.into(),
+            name: "train".into(),
+            team: team.into(),
+            file: "p.yaml".into(),
+            workdir: "/w".into(),
+            objects: "file:///objects".into(),
+            source: PIPELINE.into(),
+            document: None,
+            params: "{}".into(),
+            cluster: cluster.then(|| crate::run::cluster::stored("lab.yaml", CLUSTER)),
+            steps: vec![step("fit"), step("eval")],
+        };
+        h.service
+            .store()
+            .create_run(&run, None)
+            .await
+            .expect("create");
+    }
+
+    /// An attempt from `start` to `end` (unix ms; None: running), placed as cluster mode
+    /// records it when `job` is given.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        h: &Home,
+        run: &str,
+        step: &str,
+        number: i64,
+        state: &str,
+        (start, end): (i64, Option<i64>),
+        (millicpu, gpus): (i64, Option<&str>),
+        placed: Option<(&str, &str)>,
+    ) {
+        let at = |ms: i64| {
+            crate::time::format(chrono::DateTime::from_timestamp_millis(ms).expect("a time"))
+        };
+        sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, ended_at, job, nodes) VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8, $9, $10, $11)")
+            .bind(run)
+            .bind(step)
+            .bind(number)
+            .bind(state)
+            .bind(format!("/attempts/{run}/{step}.{number}"))
+            .bind(millicpu)
+            .bind(gpus)
+            .bind(at(start))
+            .bind(end.map(at))
+            .bind(placed.map(|p| p.0))
+            .bind(placed.map(|p| p.1))
+            .execute(h.service.store().pool())
+            .await
+            .expect("insert an attempt");
+    }
+
+    fn ask(gpu: u64, millicpu: u64, workers: u32) -> String {
+        serde_json::json!({"team": "vision", "priority": 100, "workers": workers, "gpu": gpu,
+            "millicpu": millicpu, "memory": 0, "interruptible": true, "checkpointed": true})
+        .to_string()
+    }
+
+    fn by(keys: &[Key]) -> UsageQuery {
+        UsageQuery {
+            by: keys.to_vec(),
+            ..UsageQuery::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn pools_prices_lost_work_and_running_attempts_give_exact_figures() {
+        let h = home("figures").await;
+        run(&h, "r1", "vision", true).await;
+        // A gang of 2 workers (2 GPUs and 4 cores each), one on a100 (node 0), one on spot
+        // (node 1), preempted after 2 h 15 min: it checkpoints every 10 minutes, so its last
+        // 5 were lost.
+        let job = ask(2, 4000, 2);
+        attempt(
+            &h,
+            "r1",
+            "fit",
+            1,
+            at::PREEMPTED,
+            (NOW - 5 * H, Some(NOW - 5 * H + 2 * H + H / 4)),
+            (8000, Some("0,1,0,1")),
+            Some((&job, "[0, 1]")),
+        )
+        .await;
+        // Then it runs again, alone on spot (node 2), for the last hour: up to now.
+        let one = ask(2, 4000, 1);
+        attempt(
+            &h,
+            "r1",
+            "fit",
+            2,
+            at::RUNNING,
+            (NOW - H, None),
+            (4000, Some("0,1")),
+            Some((&one, "[2]")),
+        )
+        .await;
+        let u = h
+            .service
+            .usage(&Principal::local(), &by(&[Key::Pool]))
+            .await
+            .expect("usage");
+        let pools: Vec<(&str, &Figures)> = u
+            .rows
+            .iter()
+            .map(|r| (r.pool.as_deref().unwrap_or(""), &r.figures))
+            .collect();
+        let a100 = Figures {
+            gpu_hours: 4.5,
+            cpu_hours: 9.0,
+            cost: 4.5 * 2.5 + 9.0 * 0.04,
+            wasted_gpu_hours: 1.0 / 6.0,
+        };
+        let spot = Figures {
+            gpu_hours: 6.5,
+            cpu_hours: 13.0,
+            cost: 6.5,
+            wasted_gpu_hours: 1.0 / 6.0,
+        };
+        assert_eq!(pools, [("a100", &a100), ("spot", &spot)]);
+        assert_eq!(u.total.gpu_hours, 11.0);
+        assert_eq!(u.total.cpu_hours, 22.0);
+        assert_eq!(u.total.wasted_gpu_hours, 1.0 / 3.0);
+        // The window's half of the history, [now - 3 h, now): the gang's last 15 minutes
+        // (its 5 lost ones included) and the running hour.
+        let recent = UsageQuery {
+            since: Some(crate::time::format(
+                chrono::DateTime::from_timestamp_millis(NOW - 3 * H).expect("a time"),
+            )),
+            ..by(&[Key::Team])
+        };
+        let u = h
+            .service
+            .usage(&Principal::local(), &recent)
+            .await
+            .expect("usage");
+        assert_eq!(u.rows.len(), 1);
+        assert_eq!(u.total.gpu_hours, 4.0 * 0.25 + 2.0);
+        assert_eq!(u.total.wasted_gpu_hours, 1.0 / 3.0);
+    }
+
+    #[tokio::test]
+    async fn without_a_cluster_attempts_are_on_the_free_local_pool() {
+        let h = home("local").await;
+        run(&h, "r1", "vision", false).await;
+        // `eval` has no checkpoints: a lost attempt loses all its GPU time.
+        attempt(
+            &h,
+            "r1",
+            "eval",
+            1,
+            at::LOST,
+            (NOW - 2 * H, Some(NOW - H)),
+            (1500, Some("3")),
+            None,
+        )
+        .await;
+        let u = h
+            .service
+            .usage(&Principal::local(), &by(&[Key::Pool, Key::Pipeline]))
+            .await
+            .expect("usage");
+        assert_eq!(u.rows.len(), 1, "{u:?}");
+        let r = &u.rows[0];
+        assert_eq!(
+            (r.pool.as_deref(), r.pipeline.as_deref(), r.team.as_deref()),
+            (Some(LOCAL_POOL), Some("train"), None)
+        );
+        assert_eq!(
+            r.figures,
+            Figures {
+                gpu_hours: 1.0,
+                cpu_hours: 1.5,
+                cost: 0.0,
+                wasted_gpu_hours: 1.0
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_team_bound_principal_sees_its_own_team_only() {
+        let h = home("teams").await;
+        run(&h, "r1", "vision", false).await;
+        run(&h, "r2", "nlp", false).await;
+        for r in ["r1", "r2"] {
+            attempt(
+                &h,
+                r,
+                "eval",
+                1,
+                at::SUCCEEDED,
+                (NOW - H, Some(NOW)),
+                (1000, None),
+                None,
+            )
+            .await;
+        }
+        let teams =
+            |u: &Usage| -> Vec<String> { u.rows.iter().filter_map(|r| r.team.clone()).collect() };
+        let all = h
+            .service
+            .usage(&Principal::local(), &UsageQuery::default())
+            .await
+            .expect("usage");
+        assert_eq!(teams(&all), ["nlp", "vision"]);
+        for role in [Role::Viewer, Role::Member] {
+            let who = Principal::new("nlp", role);
+            let own = h
+                .service
+                .usage(&who, &UsageQuery::default())
+                .await
+                .expect("usage");
+            assert_eq!(teams(&own), ["nlp"]);
+            let other = UsageQuery {
+                team: Some("vision".into()),
+                ..UsageQuery::default()
+            };
+            let none = h.service.usage(&who, &other).await.expect("usage");
+            assert_eq!(none, Usage::default());
+        }
+        let admin = Principal::new("ops", Role::Admin);
+        let vision = UsageQuery {
+            team: Some("vision".into()),
+            ..UsageQuery::default()
+        };
+        let u = h.service.usage(&admin, &vision).await.expect("usage");
+        assert_eq!(teams(&u), ["vision"]);
+        assert_eq!(u.total.cpu_hours, 1.0);
+        // A window after everything: nothing.
+        let later = UsageQuery {
+            since: Some(crate::time::format(
+                chrono::DateTime::from_timestamp_millis(NOW + 1).expect("a time"),
+            )),
+            ..UsageQuery::default()
+        };
+        let u = h.service.usage(&admin, &later).await.expect("usage");
+        assert_eq!(u, Usage::default());
+        // An empty window is a mistake.
+        let empty = UsageQuery {
+            since: Some("2026-12-02".into()),
+            until: Some("2026-12-01".into()),
+            ..UsageQuery::default()
+        };
+        let e = h.service.usage(&admin, &empty).await.expect_err("empty");
+        assert_eq!(e.status_code(), 400);
+    }
+}

@@ -1,0 +1,85 @@
+//! What `sluice usage` reads: every attempt that held something during a window, with its
+//! run's team and pipeline and the step of the file it is an instance of.
+
+use super::read::Reader;
+use super::{Error, Store};
+
+/// An attempt as usage accounts it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct UsageRow {
+    pub run_id: String,
+    pub team: String,
+    /// The run's pipeline (or sweep): its file's `metadata.name`.
+    pub pipeline: String,
+    /// The step instance, and the step of the file it comes from.
+    pub step: String,
+    pub file_step: String,
+    pub number: i64,
+    pub state: String,
+    /// Every worker's CPU together, in thousandths of a core.
+    pub millicpu: i64,
+    /// GPU indices held, comma-separated (cluster mode: worker after worker).
+    pub gpus: Option<String>,
+    pub started_at: String,
+    /// None while it runs.
+    pub ended_at: Option<String>,
+    /// Cluster mode: its request (JSON) and each worker's node (JSON array).
+    pub job: Option<String>,
+    pub nodes: Option<String>,
+}
+
+impl Store {
+    /// The attempts of runs of `team` (every team's with None) that held their resources
+    /// at some time in `[since, until)` (RFC 3339 as `crate::time::format` writes them, which
+    /// sorts as the time does; open where None): those started before `until` and not ended
+    /// by `since`, running ones included. Ordered by run, step and number.
+    pub async fn usage(
+        &self,
+        team: Option<&str>,
+        since: Option<&str>,
+        until: Option<&str>,
+    ) -> Result<Vec<UsageRow>, Error> {
+        let rows = sqlx::query(
+            "SELECT a.run_id, r.team, r.name, a.step, s.step, a.number, a.state, a.millicpu, \
+             a.gpus, a.started_at, a.ended_at, a.job, a.nodes \
+             FROM attempts a \
+             JOIN runs r ON r.id = a.run_id \
+             JOIN steps s ON s.run_id = a.run_id AND s.name = a.step \
+             WHERE ($1 IS NULL OR r.team = $2) \
+             AND ($3 IS NULL OR a.started_at < $4) \
+             AND ($5 IS NULL OR a.ended_at IS NULL OR a.ended_at > $6) \
+             ORDER BY a.run_id, a.step, a.number",
+        )
+        .bind(team)
+        .bind(team)
+        .bind(until)
+        .bind(until)
+        .bind(since)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let head = Reader::new(row, "an attempt");
+                let run_id: String = head.at(0)?;
+                let step: String = head.at(3)?;
+                let r = Reader::new(row, format!("an attempt of step {step} of run {run_id}"));
+                Ok(UsageRow {
+                    team: r.at(1)?,
+                    pipeline: r.at(2)?,
+                    file_step: r.at(4)?,
+                    number: r.at(5)?,
+                    state: r.at(6)?,
+                    millicpu: r.at(7)?,
+                    gpus: r.at(8)?,
+                    started_at: r.at(9)?,
+                    ended_at: r.at(10)?,
+                    job: r.at(11)?,
+                    nodes: r.at(12)?,
+                    run_id,
+                    step,
+                })
+            })
+            .collect()
+    }
+}
