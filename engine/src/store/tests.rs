@@ -1001,6 +1001,10 @@ conformance!(
         // B resigns: its lease ends at once.
         store.resign(b, "2@b").await.expect("resign");
         assert_eq!(store.leadership().await.expect("row").until_ms, 0);
+    }
+);
+
+conformance!(
     usage_reads_the_attempts_that_held_room_in_a_window,
     |store, backend| {
         store
