@@ -284,6 +284,23 @@ fn the_cli_through_a_server_prints_what_embedded_mode_prints() {
     };
     assert_eq!(strip(&remote.stdout), strip(&local.stdout));
 
+    // Metrics: aggregates per team and state, the API by route template; no run id or name.
+    let metrics = server.call("GET", "/metrics", None, None);
+    assert_eq!(metrics.status, 200);
+    let text = metrics.text();
+    assert!(
+        text.lines().any(|l| l.starts_with("sluice_attempts{")
+            && l.contains("team=\"vision\"")
+            && l.contains("state=\"Succeeded\"")
+            && l.ends_with(" 2")),
+        "{text}"
+    );
+    assert!(text.contains("route=\"/api/v1/runs/{run}\""), "{text}");
+    assert!(text.contains("sluice_leader 1"), "{text}");
+    assert!(
+        !text.contains(&id) && !text.contains("quick"),
+        "no run ids or names: {text}"
+    );
     // Another team: the run does not exist for it.
     let out = server.cli(&sb, Some(&b), &["status", &id]);
     assert_eq!(out.code, Some(2));
@@ -477,5 +494,41 @@ fn no_token_is_kept_in_clear_text() {
     assert!(
         !held.contains(token_hex),
         "the token is in the store in clear text"
+    );
+}
+
+#[test]
+fn a_token_over_its_rate_waits_with_429_and_retry_after() {
+    let sb = Sandbox::new("server-rate");
+    let (_, a) = token(&sb, "vision", "viewer", &[]);
+    let (_, b) = token(&sb, "nlp", "viewer", &[]);
+    let server = Server::start(&sb, &["--rate", "3"]);
+    server.wait_ready();
+    let statuses: Vec<(u16, Option<String>)> = (0..20)
+        .map(|_| {
+            let got = server.call("GET", "/api/v1/whoami", Some(&a), None);
+            (got.status, got.header("retry-after").map(str::to_owned))
+        })
+        .collect();
+    let limited: Vec<&(u16, Option<String>)> = statuses.iter().filter(|(s, _)| *s == 429).collect();
+    assert!(
+        !limited.is_empty(),
+        "20 requests at once pass a rate of 3 a second: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|(s, _)| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    for (_, retry) in limited {
+        let secs: u64 = retry
+            .as_deref()
+            .and_then(|r| r.parse().ok())
+            .expect("Retry-After in seconds");
+        assert!(secs >= 1, "{secs}");
+    }
+    // Another token has its own budget.
+    assert_eq!(
+        server.call("GET", "/api/v1/whoami", Some(&b), None).status,
+        200
     );
 }

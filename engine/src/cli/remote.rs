@@ -422,9 +422,17 @@ pub async fn token(
 }
 
 /// `sluice usage` against the server.
-pub async fn usage(c: &Client, args: &super::usage::Args, format: Format) -> Result<Outcome, Error> {
+pub async fn usage(
+    c: &Client,
+    args: &super::usage::Args,
+    format: Format,
+) -> Result<Outcome, Error> {
     let mut query = vec![format_query(format), ("by", args.by.clone())];
-    for (k, v) in [("team", &args.team), ("since", &args.since), ("until", &args.until)] {
+    for (k, v) in [
+        ("team", &args.team),
+        ("since", &args.since),
+        ("until", &args.until),
+    ] {
         if let Some(v) = v {
             query.push((k, v.clone()));
         }

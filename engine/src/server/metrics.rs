@@ -49,6 +49,8 @@ pub struct Metrics {
     runs_ended: Family<StateLabels, Counter>,
     steps: Family<TeamState, Gauge>,
     gpus: Family<TeamLabels, Gauge>,
+    attempts: Family<TeamState, Gauge>,
+    oldest_wait: Family<TeamLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     driven: Gauge,
     leader: Gauge,
 }
@@ -79,6 +81,18 @@ impl Metrics {
         let gpus = Family::<TeamLabels, Gauge>::default();
         let driven = Gauge::default();
         let leader = Gauge::default();
+        let attempts = Family::<TeamState, Gauge>::default();
+        let oldest_wait = Family::<TeamLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "attempts",
+            "Attempts started (admissions), by team and state: Preempted, Lost, Failed, Timeout, Succeeded, Cancelled, Running",
+            attempts.clone(),
+        );
+        registry.register(
+            "queue_oldest_wait_seconds",
+            "How long the longest-waiting step of each team has waited for admission (cluster mode)",
+            oldest_wait.clone(),
+        );
         registry.register(
             "api_requests",
             "API requests answered, by method, route and status",
@@ -117,6 +131,8 @@ impl Metrics {
             runs_ended,
             steps,
             gpus,
+            attempts,
+            oldest_wait,
             driven,
             leader,
         }
@@ -151,8 +167,8 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
-    /// The text a scrape gets: what the store holds now, then the registry.
-    pub async fn render(&self, store: &crate::store::Store, driven: usize) -> String {
+    /// The text a scrape gets: what the store holds at `now_ms`, then the registry.
+    pub async fn render(&self, store: &crate::store::Store, driven: usize, now_ms: i64) -> String {
         self.driven.set(i64::try_from(driven).unwrap_or(i64::MAX));
         match store.load_by_team().await {
             Ok(load) => {
@@ -163,6 +179,19 @@ impl Metrics {
                 }
                 for (team, n) in load.gpus {
                     self.gpus.get_or_create(&TeamLabels { team }).set(n);
+                }
+                self.attempts.clear();
+                for (team, state, n) in load.attempts {
+                    self.attempts
+                        .get_or_create(&TeamState { team, state })
+                        .set(n);
+                }
+                self.oldest_wait.clear();
+                for (team, since) in load.oldest_wait {
+                    let waited = (now_ms - since).max(0) as f64 / 1000.0;
+                    self.oldest_wait
+                        .get_or_create(&TeamLabels { team })
+                        .set(waited);
                 }
             }
             Err(e) => tracing::warn!("metrics: cannot read the store: {e}"),

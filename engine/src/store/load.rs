@@ -11,6 +11,11 @@ pub struct Load {
     pub steps: Vec<(String, String, i64)>,
     /// (team, GPUs held by its running attempts).
     pub gpus: Vec<(String, i64)>,
+    /// (team, attempt state, how many attempts ever): admissions are all of them, outcomes
+    /// by state (Succeeded, Failed, Timeout, Preempted, Lost, Cancelled, Running).
+    pub attempts: Vec<(String, String, i64)>,
+    /// (team, when its longest-waiting step started waiting, unix ms): cluster mode's queue.
+    pub oldest_wait: Vec<(String, i64)>,
 }
 
 impl Store {
@@ -44,6 +49,27 @@ impl Store {
                 Some((t, total)) if *t == team => *total += n,
                 _ => load.gpus.push((team, n)),
             }
+        }
+        let rows = sqlx::query(
+            "SELECT r.team AS team, a.state AS state, COUNT(*) AS n FROM attempts a \
+             JOIN runs r ON r.id = a.run_id GROUP BY r.team, a.state ORDER BY r.team, a.state",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in &rows {
+            let r = Reader::new(row, "a count of attempts");
+            load.attempts
+                .push((r.get("team")?, r.get("state")?, r.get("n")?));
+        }
+        let rows = sqlx::query(
+            "SELECT r.team AS team, MIN(w.submitted) AS since FROM waiting w \
+             JOIN runs r ON r.id = w.run_id GROUP BY r.team ORDER BY r.team",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in &rows {
+            let r = Reader::new(row, "the queue's age");
+            load.oldest_wait.push((r.get("team")?, r.get("since")?));
         }
         Ok(load)
     }

@@ -39,7 +39,11 @@ async fn ready(State(state): State<AppState>) -> Response {
 async fn metrics(State(state): State<AppState>) -> Response {
     let text = state
         .metrics
-        .render(state.service.store(), state.drivers.count())
+        .render(
+            state.service.store(),
+            state.drivers.count(),
+            state.service.clock().now_ms(),
+        )
         .await;
     (
         [(
