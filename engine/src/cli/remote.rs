@@ -186,7 +186,7 @@ async fn wait_ended(c: &Client, id: &str) -> Result<String, Error> {
 }
 
 /// How often a followed run is looked at.
-const POLL_EVERY: Duration = Duration::from_millis(250);
+const POLL_EVERY: Duration = Duration::from_millis(100);
 
 /// `sluice preempt RUN STEP`.
 pub async fn preempt(

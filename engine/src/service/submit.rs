@@ -139,7 +139,7 @@ pub fn check(
             let what = match p.kind.as_str() {
                 "Cluster" => "a Cluster file configures the engine: pass it with --cluster",
                 "Schedule" => {
-                    "schedules run under `sluice server`, which is not available in this version"
+                    "schedules are applied to a `sluice server` with `sluice apply`, which this version does not have yet"
                 }
                 "Workload" => {
                     "a Workload is replayed in virtual time: sluice simulate --cluster CLUSTER --workload FILE"
