@@ -532,3 +532,77 @@ fn a_token_over_its_rate_waits_with_429_and_retry_after() {
         200
     );
 }
+
+const ONE_GPU: &str = r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: one}
+spec:
+  pools:
+    - {name: gpu, nodes: 1, resources: {gpu: 1, cpu: 8, memory: 16Gi}}
+  priorities:
+    - {name: production, value: 1000}
+    - {name: best-effort, value: 0, default: true}
+"#;
+
+/// Holds the cluster's one GPU until released.
+const HOLDS_GPU: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: holds}
+spec:
+  steps:
+    - name: work
+      resources: {gpu: 1, cpu: 1}
+      run: |
+        while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+      env:
+        RELEASE: "{{params.release}}"
+  params:
+    release: {type: string, default: never}
+"#;
+
+#[test]
+fn a_server_admits_every_teams_runs_through_its_clusters_one_scheduler() {
+    let sb = Sandbox::new("server-cluster");
+    let cluster = sb.write("cluster.yaml", ONE_GPU);
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    let (_, b) = token(&sb, "nlp", "member", &[]);
+    let server = Server::start(&sb, &["--cluster", cluster.to_str().expect("a path")]);
+    server.wait_ready();
+    let release = sb.path().join("release");
+    let param = format!("release={}", release.display());
+    let first = submit(&server, &a, HOLDS_GPU, std::slice::from_ref(&param));
+    let first = first["id"].as_str().expect("an id").to_owned();
+    wait_for("the first run's step to hold the GPU", || {
+        server
+            .call("GET", &format!("/api/v1/runs/{first}"), Some(&a), None)
+            .json()["steps"][0]["state"]
+            == "Running"
+    });
+    // Another team's run waits for the GPU: one scheduler sees both.
+    let second = submit(&server, &b, HOLDS_GPU, std::slice::from_ref(&param));
+    let second = second["id"].as_str().expect("an id").to_owned();
+    wait_for("the second run's step to wait, with its reason", || {
+        let v = server
+            .call("GET", &format!("/api/v1/runs/{second}"), Some(&b), None)
+            .json();
+        v["steps"][0]["state"] == "Queued" && !v["steps"][0]["reason"].is_null()
+    });
+    let metrics = server.call("GET", "/metrics", None, None).text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sluice_queue_length{")
+                && l.contains("team=\"nlp\"")
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sluice_gpus_held{team=\"vision\"} 1")),
+        "{metrics}"
+    );
+    std::fs::write(&release, "").expect("release");
+    wait_state(&server, &a, &first, "Succeeded");
+    wait_state(&server, &b, &second, "Succeeded");
+}

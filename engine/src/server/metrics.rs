@@ -42,6 +42,19 @@ struct TeamLabels {
     team: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeamPriority {
+    team: String,
+    priority: String,
+}
+
+/// What the queue's metrics read of a waiting step's request.
+#[derive(serde::Deserialize)]
+struct Asked {
+    team: String,
+    priority: i64,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RouteLabels, Counter>,
@@ -50,7 +63,8 @@ pub struct Metrics {
     steps: Family<TeamState, Gauge>,
     gpus: Family<TeamLabels, Gauge>,
     attempts: Family<TeamState, Gauge>,
-    oldest_wait: Family<TeamLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    queued: Family<TeamPriority, Gauge>,
+    oldest_wait: Family<TeamPriority, Gauge<f64, std::sync::atomic::AtomicU64>>,
     driven: Gauge,
     leader: Gauge,
 }
@@ -82,7 +96,14 @@ impl Metrics {
         let driven = Gauge::default();
         let leader = Gauge::default();
         let attempts = Family::<TeamState, Gauge>::default();
-        let oldest_wait = Family::<TeamLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let queued = Family::<TeamPriority, Gauge>::default();
+        let oldest_wait =
+            Family::<TeamPriority, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "queue_length",
+            "Steps waiting for admission onto a Cluster, by team and priority value",
+            queued.clone(),
+        );
         registry.register(
             "attempts",
             "Attempts started (admissions), by team and state: Preempted, Lost, Failed, Timeout, Succeeded, Cancelled, Running",
@@ -90,7 +111,7 @@ impl Metrics {
         );
         registry.register(
             "queue_oldest_wait_seconds",
-            "How long the longest-waiting step of each team has waited for admission (cluster mode)",
+            "How long the longest-waiting step has waited for admission, by team and priority value",
             oldest_wait.clone(),
         );
         registry.register(
@@ -132,6 +153,7 @@ impl Metrics {
             steps,
             gpus,
             attempts,
+            queued,
             oldest_wait,
             driven,
             leader,
@@ -186,12 +208,24 @@ impl Metrics {
                         .get_or_create(&TeamState { team, state })
                         .set(n);
                 }
+                self.queued.clear();
                 self.oldest_wait.clear();
-                for (team, since) in load.oldest_wait {
+                let mut oldest: std::collections::HashMap<TeamPriority, i64> = Default::default();
+                for (job, since) in load.waiting {
+                    let Ok(asked) = serde_json::from_str::<Asked>(&job) else {
+                        continue;
+                    };
+                    let key = TeamPriority {
+                        team: asked.team,
+                        priority: asked.priority.to_string(),
+                    };
+                    self.queued.get_or_create(&key).inc();
+                    let o = oldest.entry(key).or_insert(since);
+                    *o = (*o).min(since);
+                }
+                for (key, since) in oldest {
                     let waited = (now_ms - since).max(0) as f64 / 1000.0;
-                    self.oldest_wait
-                        .get_or_create(&TeamLabels { team })
-                        .set(waited);
+                    self.oldest_wait.get_or_create(&key).set(waited);
                 }
             }
             Err(e) => tracing::warn!("metrics: cannot read the store: {e}"),

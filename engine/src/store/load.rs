@@ -14,8 +14,9 @@ pub struct Load {
     /// (team, attempt state, how many attempts ever): admissions are all of them, outcomes
     /// by state (Succeeded, Failed, Timeout, Preempted, Lost, Cancelled, Running).
     pub attempts: Vec<(String, String, i64)>,
-    /// (team, when its longest-waiting step started waiting, unix ms): cluster mode's queue.
-    pub oldest_wait: Vec<(String, i64)>,
+    /// Cluster mode's queue: each waiting step's request (`run::cluster::Ask` as JSON: its
+    /// team and priority) and when it started waiting (unix ms).
+    pub waiting: Vec<(String, i64)>,
 }
 
 impl Store {
@@ -61,15 +62,12 @@ impl Store {
             load.attempts
                 .push((r.get("team")?, r.get("state")?, r.get("n")?));
         }
-        let rows = sqlx::query(
-            "SELECT r.team AS team, MIN(w.submitted) AS since FROM waiting w \
-             JOIN runs r ON r.id = w.run_id GROUP BY r.team ORDER BY r.team",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query("SELECT job, submitted FROM waiting")
+            .fetch_all(&self.pool)
+            .await?;
         for row in &rows {
-            let r = Reader::new(row, "the queue's age");
-            load.oldest_wait.push((r.get("team")?, r.get("since")?));
+            let r = Reader::new(row, "a waiting step");
+            load.waiting.push((r.get("job")?, r.get("submitted")?));
         }
         Ok(load)
     }
