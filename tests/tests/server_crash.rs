@@ -186,3 +186,44 @@ fn a_second_server_takes_over_when_the_leader_is_killed() {
     }
     eprintln!("the second server took over {took:?} after the leader was killed");
 }
+
+#[test]
+fn a_leader_frozen_past_its_lease_is_fenced_and_the_other_finishes_the_run() {
+    let sb = Sandbox::new("server-fence");
+    std::fs::create_dir_all(sb.path().join("starts")).expect("mkdir");
+    std::fs::create_dir_all(sb.path().join("done")).expect("mkdir");
+    let (_, t) = token(&sb, "vision", "member", &[]);
+    // Two machines, as far as leases can tell: neither can check the other's process.
+    let first = Server::start_with(&sb, &[], &[("SLUICE_ENGINE_HOST", "node-a")]);
+    first.wait_ready();
+    wait_for("the first server to lead", || leads(&first));
+    let second = Server::start_with(&sb, &[], &[("SLUICE_ENGINE_HOST", "node-b")]);
+    second.wait_ready();
+    let slow = PIPELINE.replace("sleep 0.3", "sleep 1");
+    let id = submit(&second, &t, &sb, &slow);
+    wait_for("a step to run", || {
+        status(&second, &t, &id)["steps"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["state"] == "Running"))
+    });
+    // The leader freezes (a partition, a long GC pause): the other takes over once its
+    // lease has run out, and adopts the run without waiting for the run's own lease.
+    sluice_e2e::signal(first.pid(), "STOP");
+    let frozen = std::time::Instant::now();
+    wait_for("the second server to lead", || leads(&second));
+    let took = frozen.elapsed();
+    assert!(took < Duration::from_secs(15), "took over in {took:?}");
+    // The old leader wakes up: whatever it tries to write is refused, and it steps down.
+    sluice_e2e::signal(first.pid(), "CONT");
+    wait_for("the old leader to step down", || !leads(&first));
+    wait_for("the run to end", || {
+        status(&second, &t, &id)["state"] != "Running"
+    });
+    let end = status(&second, &t, &id);
+    assert_eq!(end["state"], "Succeeded", "{end}");
+    for step in STEPS {
+        assert_eq!(count(&sb, "starts", step), 1, "{step} starts");
+        assert_eq!(count(&sb, "done", step), 1, "{step} completions");
+    }
+    eprintln!("took over {took:?} after the leader froze");
+}

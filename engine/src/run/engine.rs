@@ -27,7 +27,15 @@ pub fn process(pid: u32, until: i64) -> Holder {
     }
 }
 
+/// The name of this machine in leases: `$SLUICE_ENGINE_HOST` if set (a container's or pod's
+/// own name, when several share a host name), else the kernel's host name. Only on the same
+/// host can a holder's PID be checked; elsewhere its lease alone tells.
 fn host() -> String {
+    if let Ok(h) = std::env::var("SLUICE_ENGINE_HOST")
+        && !h.trim().is_empty()
+    {
+        return h.trim().to_owned();
+    }
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into())
