@@ -599,7 +599,7 @@ fn a_server_admits_every_teams_runs_through_its_clusters_one_scheduler() {
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("sluice_gpus_held{team=\"vision\"} 1")),
+            .any(|l| l.starts_with("sluice_gpus_held{team=\"vision\",pool=\"gpu\"} 1")),
         "{metrics}"
     );
     std::fs::write(&release, "").expect("release");

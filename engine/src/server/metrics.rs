@@ -38,8 +38,9 @@ struct TeamState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TeamLabels {
+struct TeamPool {
     team: String,
+    pool: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,7 +62,7 @@ pub struct Metrics {
     latency: Family<RouteOnly, Histogram>,
     runs_ended: Family<StateLabels, Counter>,
     steps: Family<TeamState, Gauge>,
-    gpus: Family<TeamLabels, Gauge>,
+    gpus: Family<TeamPool, Gauge>,
     attempts: Family<TeamState, Gauge>,
     queued: Family<TeamPriority, Gauge>,
     oldest_wait: Family<TeamPriority, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -92,7 +93,7 @@ impl Metrics {
         });
         let runs_ended = Family::<StateLabels, Counter>::default();
         let steps = Family::<TeamState, Gauge>::default();
-        let gpus = Family::<TeamLabels, Gauge>::default();
+        let gpus = Family::<TeamPool, Gauge>::default();
         let driven = Gauge::default();
         let leader = Gauge::default();
         let attempts = Family::<TeamState, Gauge>::default();
@@ -136,7 +137,7 @@ impl Metrics {
         );
         registry.register(
             "gpus_held",
-            "GPUs held by running attempts, by team",
+            "GPUs held by running attempts, by team and pool (`local` without a Cluster)",
             gpus.clone(),
         );
         registry.register("runs_driven", "Runs this server drives now", driven.clone());
@@ -189,18 +190,27 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
-    /// The text a scrape gets: what the store holds at `now_ms`, then the registry.
-    pub async fn render(&self, store: &crate::store::Store, driven: usize, now_ms: i64) -> String {
+    /// The text a scrape gets: what the store holds now, then the registry.
+    pub async fn render(&self, service: &crate::service::Service, driven: usize) -> String {
+        let store = service.store();
+        let now_ms = service.clock().now_ms();
+        match service.gpus_held().await {
+            Ok(held) => {
+                self.gpus.clear();
+                for (team, pool, n) in held {
+                    self.gpus
+                        .get_or_create(&TeamPool { team, pool })
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+            }
+            Err(e) => tracing::warn!("metrics: cannot read the GPUs held: {e}"),
+        }
         self.driven.set(i64::try_from(driven).unwrap_or(i64::MAX));
         match store.load_by_team().await {
             Ok(load) => {
                 self.steps.clear();
-                self.gpus.clear();
                 for (team, state, n) in load.steps {
                     self.steps.get_or_create(&TeamState { team, state }).set(n);
-                }
-                for (team, n) in load.gpus {
-                    self.gpus.get_or_create(&TeamLabels { team }).set(n);
                 }
                 self.attempts.clear();
                 for (team, state, n) in load.attempts {

@@ -178,6 +178,31 @@ impl Service {
         Ok(account(&shares, window, &by))
     }
 
+    /// The GPUs running attempts hold now, by team and pool (`/metrics`), with the same
+    /// reading of each worker's pool as usage.
+    pub async fn gpus_held(&self) -> Result<Vec<(String, String, u64)>, Error> {
+        let now = self.clock.now_ms();
+        let at = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .map(crate::time::format)
+                .unwrap_or_default()
+        };
+        let attempts = self
+            .store
+            .usage(None, Some(&at(now)), Some(&at(now + 1)))
+            .await?;
+        let mut runs = Runs::default();
+        let mut shares = Vec::new();
+        for a in attempts.iter().filter(|a| a.state == at::RUNNING) {
+            self.shares(a, now, &mut runs, &mut shares).await?;
+        }
+        let mut held: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for s in shares {
+            *held.entry((s.team, s.pool)).or_default() += s.gpus;
+        }
+        Ok(held.into_iter().map(|((t, p), g)| (t, p, g)).collect())
+    }
+
     /// Attempt `a`'s shares, one per pool its workers ran on.
     async fn shares(
         &self,

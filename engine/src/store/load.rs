@@ -1,5 +1,6 @@
-//! What the store holds now, summed per team for `/metrics`: steps of running runs by state
-//! (Pending and Queued steps are the queue), and the GPUs running attempts hold.
+//! What the store holds now, summed per team for `/metrics`: steps of running runs by state,
+//! attempts by state, and cluster mode's queue. (GPUs held by pool come from
+//! `Service::gpus_held`, which knows each worker's pool.)
 
 use super::read::Reader;
 use super::{Error, Store};
@@ -9,8 +10,6 @@ use super::{Error, Store};
 pub struct Load {
     /// (team, step state, how many).
     pub steps: Vec<(String, String, i64)>,
-    /// (team, GPUs held by its running attempts).
-    pub gpus: Vec<(String, i64)>,
     /// (team, attempt state, how many attempts ever): admissions are all of them, outcomes
     /// by state (Succeeded, Failed, Timeout, Preempted, Lost, Cancelled, Running).
     pub attempts: Vec<(String, String, i64)>,
@@ -33,23 +32,6 @@ impl Store {
             let r = Reader::new(row, "a count of steps");
             load.steps
                 .push((r.get("team")?, r.get("state")?, r.get("n")?));
-        }
-        let rows = sqlx::query(
-            "SELECT r.team AS team, a.gpus AS gpus FROM attempts a \
-             JOIN runs r ON r.id = a.run_id WHERE a.state = 'Running' ORDER BY r.team",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        for row in &rows {
-            let r = Reader::new(row, "an attempt's GPUs");
-            let team: String = r.get("team")?;
-            let gpus: Option<String> = r.get("gpus")?;
-            let n = gpus.map_or(0, |g| g.split(',').filter(|s| !s.is_empty()).count());
-            let n = i64::try_from(n).unwrap_or(i64::MAX);
-            match load.gpus.last_mut() {
-                Some((t, total)) if *t == team => *total += n,
-                _ => load.gpus.push((team, n)),
-            }
         }
         let rows = sqlx::query(
             "SELECT r.team AS team, a.state AS state, COUNT(*) AS n FROM attempts a \

@@ -39,11 +39,7 @@ async fn ready(State(state): State<AppState>) -> Response {
 async fn metrics(State(state): State<AppState>) -> Response {
     let text = state
         .metrics
-        .render(
-            state.service.store(),
-            state.drivers.count(),
-            state.service.clock().now_ms(),
-        )
+        .render(&state.service, state.drivers.count())
         .await;
     (
         [(
