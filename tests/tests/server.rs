@@ -272,6 +272,10 @@ fn the_cli_through_a_server_prints_what_embedded_mode_prints() {
         assert_eq!(remote.code, Some(0), "{args:?}: {}", remote.stderr);
         assert_eq!(remote.stdout, local.stdout, "{args:?} through the server");
     }
+    // Following an ended run's logs prints them and returns.
+    let followed = server.cli(&sb, Some(&a), &["logs", &id, "-f"]);
+    assert_eq!(followed.code, Some(0), "{}", followed.stderr);
+    assert_eq!(followed.stdout, sb.run(&["logs", &id]).stdout);
     let remote = server.cli(&sb, Some(&a), &["usage", "--by", "team,pool,pipeline"]);
     let local = sb.run(&["usage", "--by", "team,pool,pipeline"]);
     assert_eq!(remote.code, Some(0), "usage: {}", remote.stderr);
@@ -605,4 +609,43 @@ fn a_server_admits_every_teams_runs_through_its_clusters_one_scheduler() {
     std::fs::write(&release, "").expect("release");
     wait_state(&server, &a, &first, "Succeeded");
     wait_state(&server, &b, &second, "Succeeded");
+}
+
+#[test]
+fn ctrl_c_on_a_run_through_a_server_cancels_it_and_exits_130() {
+    let sb = Sandbox::new("server-ctrl-c");
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    sb.write("waiting.yaml", WAITING);
+    let mut child = sluice_e2e::sluice()
+        .args(["run", "waiting.yaml"])
+        .current_dir(sb.path())
+        .env("SLUICE_SERVER", server.url())
+        .env("SLUICE_TOKEN", &a)
+        .env("SLUICE_HOME", sb.path().join("client-home"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sluice run starts");
+    wait_for("the run's step to run", || {
+        let runs = server.call("GET", "/api/v1/runs", Some(&a), None).json();
+        runs[0]["id"].as_str().is_some_and(|id| {
+            server
+                .call("GET", &format!("/api/v1/runs/{id}"), Some(&a), None)
+                .json()["steps"][0]["state"]
+                == "Running"
+        })
+    });
+    sluice_e2e::signal(child.id(), "INT");
+    let out = sluice_e2e::wait::output_of(child, "sluice run (interrupted)");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Cancelled"));
+    let runs = server.call("GET", "/api/v1/runs", Some(&a), None).json();
+    assert_eq!(runs[0]["state"], "Cancelled", "{runs}");
 }

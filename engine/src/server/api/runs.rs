@@ -378,8 +378,9 @@ pub async fn cancel(
     caller: Caller,
     path: Result<Path<RunPath>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let asked = format!("run {}", p.run);
     let result = async {
-        let Path(p) = path?;
         let id = state.service.cancel(&caller.principal, &p.run).await?;
         let run = state
             .service
@@ -393,9 +394,7 @@ pub async fn cancel(
         })
     }
     .await;
-    let target = result
-        .as_ref()
-        .map_or("run".to_owned(), |b| format!("run {}", b.id));
+    let target = result.as_ref().map_or(asked, |b| format!("run {}", b.id));
     audit(&state, &caller, "cancel", &target, &result).await;
     Ok(json_response(StatusCode::ACCEPTED, &result?))
 }
@@ -418,8 +417,9 @@ pub async fn retry(
     caller: Caller,
     path: Result<Path<RunPath>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let asked = format!("run {}", p.run);
     let result = async {
-        let Path(p) = path?;
         Ok::<_, ApiError>(
             match state.service.retry(&caller.principal, &p.run).await? {
                 Retried::NothingToRetry { id } => RetriedBody {
@@ -431,9 +431,7 @@ pub async fn retry(
         )
     }
     .await;
-    let target = result
-        .as_ref()
-        .map_or("run".to_owned(), |b| format!("run {}", b.id));
+    let target = result.as_ref().map_or(asked, |b| format!("run {}", b.id));
     audit(&state, &caller, "retry", &target, &result).await;
     let body = result?;
     if !body.steps.is_empty() {
@@ -453,8 +451,9 @@ pub async fn resume(
     caller: Caller,
     path: Result<Path<RunPath>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let asked = format!("run {}", p.run);
     let result = async {
-        let Path(p) = path?;
         let id = state.service.resume(&caller.principal, &p.run).await?;
         let run = state
             .service
@@ -468,9 +467,7 @@ pub async fn resume(
         })
     }
     .await;
-    let target = result
-        .as_ref()
-        .map_or("run".to_owned(), |b| format!("run {}", b.id));
+    let target = result.as_ref().map_or(asked, |b| format!("run {}", b.id));
     audit(&state, &caller, "resume", &target, &result).await;
     let body = result?;
     state.drivers.drive(&body.id);
@@ -496,8 +493,9 @@ pub async fn preempt(
     caller: Caller,
     path: Result<Path<StepPath>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let asked = format!("run {} step {}", p.run, p.step);
     let result = async {
-        let Path(p) = path?;
         let done = state
             .service
             .preempt(&caller.principal, &p.run, &p.step)
@@ -510,9 +508,9 @@ pub async fn preempt(
         })
     }
     .await;
-    let target = result.as_ref().map_or("run".to_owned(), |b| {
-        format!("run {} step {}", b.id, b.step)
-    });
+    let target = result
+        .as_ref()
+        .map_or(asked, |b| format!("run {} step {}", b.id, b.step));
     audit(&state, &caller, "preempt", &target, &result).await;
     Ok(json_response(StatusCode::ACCEPTED, &result?))
 }
