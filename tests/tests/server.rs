@@ -618,7 +618,7 @@ fn ctrl_c_on_a_run_through_a_server_cancels_it_and_exits_130() {
     let server = Server::start(&sb, &[]);
     server.wait_ready();
     sb.write("waiting.yaml", WAITING);
-    let mut child = sluice_e2e::sluice()
+    let child = sluice_e2e::sluice()
         .args(["run", "waiting.yaml"])
         .current_dir(sb.path())
         .env("SLUICE_SERVER", server.url())
