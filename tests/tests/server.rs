@@ -15,7 +15,8 @@ spec:
     - name: work
       run: |
         echo started
-        while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+        # Until released, or until the test is gone (a failed test removes its folder).
+        while [ ! -e "$RELEASE" ] && [ -d "${RELEASE%/*}" ]; do sleep 0.05; done
         echo released
       env:
         RELEASE: "{{params.release}}"
@@ -557,7 +558,8 @@ spec:
     - name: work
       resources: {gpu: 1, cpu: 1}
       run: |
-        while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+        # Until released, or until the test is gone (a failed test removes its folder).
+        while [ ! -e "$RELEASE" ] && [ -d "${RELEASE%/*}" ]; do sleep 0.05; done
       env:
         RELEASE: "{{params.release}}"
   params:
@@ -618,8 +620,9 @@ fn ctrl_c_on_a_run_through_a_server_cancels_it_and_exits_130() {
     let server = Server::start(&sb, &[]);
     server.wait_ready();
     sb.write("waiting.yaml", WAITING);
+    let param = format!("release={}", sb.path().join("release").display());
     let child = sluice_e2e::sluice()
-        .args(["run", "waiting.yaml"])
+        .args(["run", "waiting.yaml", "-p", &param])
         .current_dir(sb.path())
         .env("SLUICE_SERVER", server.url())
         .env("SLUICE_TOKEN", &a)

@@ -100,7 +100,7 @@ spec:
     - name: work
       run: |
         echo start >> starts/work
-        while [ ! -e release ]; do sleep 0.05; done
+        while [ ! -e release ] && [ -e starts ]; do sleep 0.05; done
         echo done >> done/work
 "#;
 
