@@ -316,8 +316,13 @@ async fn follow(c: &Client, id: &str, format: Format, quiet: bool) -> Result<Out
     let mut seen: std::collections::HashMap<String, (String, i64)> = Default::default();
     let mut presses = 0u32;
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
+    // Each look costs the server a view of the whole run (10,000 trials are 10,000 steps): the
+    // next look waits at least ten times as long as this one took, so that following a big
+    // run costs the server a tenth of its time at most.
     let state = loop {
+        let asked = std::time::Instant::now();
         let v = c.json(Method::GET, &run_path(id), &[], None).await?;
+        let wait = POLL_EVERY.max(asked.elapsed() * 10);
         let steps = v
             .get("steps")
             .and_then(Value::as_array)
@@ -353,7 +358,7 @@ async fn follow(c: &Client, id: &str, format: Format, quiet: bool) -> Result<Out
             break state;
         }
         tokio::select! {
-            () = tokio::time::sleep(POLL_EVERY) => {}
+            () = tokio::time::sleep(wait) => {}
             _ = &mut interrupt => {
                 presses += 1;
                 super::run::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);

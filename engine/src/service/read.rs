@@ -160,8 +160,13 @@ impl Service {
     }
 
     /// Records the ends of attempts whose engine died (`run::reap`); a store that cannot be
-    /// written to still shows what it holds.
+    /// written to still shows what it holds. A server's reads skip it: its leader adopts runs
+    /// whose engine died within a second, and a scan of every running attempt on each request
+    /// would make reads cost what the whole cluster runs.
     pub(super) async fn collect_quietly(&self) {
+        if !self.shows_home {
+            return;
+        }
         if let Err(e) = crate::run::reap::collect(&self.store, None, self.clock.as_ref()).await {
             tracing::info!("cannot collect the attempts of runs whose engine is gone: {e}");
         }

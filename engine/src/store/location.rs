@@ -247,7 +247,7 @@ async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
     first.execute("PRAGMA journal_mode = WAL").await?;
     first.close().await?;
     let pool = AnyPoolOptions::new()
-        .max_connections(4)
+        .max_connections(16)
         .acquire_timeout(BUSY_TIMEOUT)
         .after_connect(|conn, _| {
             Box::pin(async move {
