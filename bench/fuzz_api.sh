@@ -11,13 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EXAMPLES=${EXAMPLES:-200}
 SEED=${SEED:-1515}
-VENV=${VENV:-target/schemathesis-venv}
+VENV=$(realpath -m "${VENV:-target/schemathesis-venv}")
 if [ ! -x "$VENV/bin/st" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q schemathesis
 fi
 cargo build --workspace -q
-BIN=$PWD/target/debug/sluice
+BIN=${CARGO_TARGET_DIR:-$PWD/target}/debug/sluice
 WORK=$(mktemp -d)
 trap 'kill $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
 export SLUICE_HOME=$WORK/home
@@ -28,10 +28,11 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 SERVER=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" > /dev/null && break; sleep 0.1; done
 # A run of the member's team, so that routes about a run reach their logic (not only 404):
-# one pass fuzzes with its id and step given, the other with generated ones.
+# one pass fuzzes with its id and step given, the other with generated ones. Its step is
+# short, so that a log followed to the run's end ends within the request timeout.
 RUN=$(curl -sf -X POST "http://127.0.0.1:$PORT/api/v1/runs" -H "Authorization: Bearer $MEMBER" \
     -H 'Content-Type: application/json' \
-    -d '{"source": "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: fuzzed}\nspec:\n  steps:\n    - name: work\n      run: sleep 30\n"}' \
+    -d '{"source": "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: fuzzed}\nspec:\n  steps:\n    - name: work\n      run: sleep 2\n"}' \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 TOKEN_ID=$("$BIN" token list --output json | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["id"])')
 cat > "$WORK/schemathesis.toml" <<TOML
@@ -41,6 +42,8 @@ step = "work"
 id = "$TOKEN_ID"
 TOML
 status=0
+# schemathesis keeps a cache in the folder it runs in: the throwaway one.
+cd "$WORK"
 for token in "$MEMBER" "$ADMIN"; do
     "$VENV/bin/st" --config-file "$WORK/schemathesis.toml" run "http://127.0.0.1:$PORT/api/v1/openapi.json" \
         --url "http://127.0.0.1:$PORT" \

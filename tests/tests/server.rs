@@ -444,6 +444,7 @@ fn bad_requests_are_400_with_lints_diagnostics_never_500() {
         "/api/v1/runs?since=yesterday",
         "/api/v1/runs?state=sleeping",
         "/api/v1/runs/x/logs?follow=maybe",
+        "/api/v1/runs/x/logs?attempt=1",
     ] {
         let got = server.call("GET", path, Some(&a), None);
         assert_eq!(got.status, 400, "{path}: {}", got.text());

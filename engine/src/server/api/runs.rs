@@ -266,6 +266,9 @@ pub struct LogsQuery {
     format: Option<Format>,
 }
 
+/// How long a log request waits for its first line (or its refusal) before the answer starts.
+const FIRST_LINE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What a log stream carries from the task reading the logs to the response.
 enum Piece {
     Bytes(Vec<u8>),
@@ -301,6 +304,11 @@ pub async fn logs(
 ) -> Result<Response, ApiError> {
     let Path(p) = path?;
     let Query(q) = query?;
+    if q.attempt.is_some() && q.step.is_none() {
+        return Err(ApiError::BadRequest(
+            "attempt names an attempt of one step: give step too".into(),
+        ));
+    }
     let query = LogQuery {
         run: p.run,
         step: q.step,
@@ -320,17 +328,24 @@ pub async fn logs(
         };
         let _ = tx.send(Piece::Done(result));
     });
-    // Errors found before the first line (no such run, step or attempt) are the answer's
-    // status; later ones end the stream.
+    // Errors found before the first line (no such run, step or attempt: found at once) are
+    // the answer's status; later ones end the stream. A followed log with nothing to say yet
+    // is answered after a moment all the same, so that the client sees it has begun.
     let mut notes = Vec::new();
-    let first = loop {
-        match rx.recv().await {
-            Some(Piece::Note(n)) => notes.push(n),
-            Some(Piece::Done(Err(e))) => return Err(e.into()),
-            Some(Piece::Done(Ok(()))) | None => break None,
-            Some(Piece::Bytes(b)) => break Some(b),
+    let mut first = None;
+    let deadline = tokio::time::Instant::now() + FIRST_LINE_WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(Piece::Note(n))) => notes.push(n),
+            Ok(Some(Piece::Done(Err(e)))) => return Err(e.into()),
+            Ok(Some(Piece::Done(Ok(())))) | Ok(None) => break,
+            Ok(Some(Piece::Bytes(b))) => {
+                first = Some(b);
+                break;
+            }
+            Err(_) => break,
         }
-    };
+    }
     let stream = futures::stream::unfold((first, rx), |(first, mut rx)| async move {
         if let Some(b) = first {
             return Some((Ok::<_, std::io::Error>(b), (None, rx)));
