@@ -11,6 +11,7 @@ pub mod clock;
 pub mod dag;
 pub mod executor;
 pub mod run;
+pub mod schedule;
 pub mod scheduler;
 pub mod server;
 pub mod service;
