@@ -135,12 +135,14 @@ pub fn check(
             }
             Pipeline::of_sweep(&s, &shown)
         }
+        Document::Schedule(_) => {
+            return Err(Error::invalid(format!(
+                "{shown}: kind Schedule cannot be run: a schedule is applied to a `sluice server` (sluice apply -f FILE), which runs its pipeline at its times"
+            )));
+        }
         Document::Pending(p) => {
             let what = match p.kind.as_str() {
                 "Cluster" => "a Cluster file configures the engine: pass it with --cluster",
-                "Schedule" => {
-                    "schedules are applied to a `sluice server` with `sluice apply`, which this version does not have yet"
-                }
                 "Workload" => {
                     "a Workload is replayed in virtual time: sluice simulate --cluster CLUSTER --workload FILE"
                 }

@@ -231,7 +231,12 @@ fn runtime(cx: &mut Cx<'_>, node: &Node) -> RuntimeSpec {
     out
 }
 
-fn one_of(cx: &mut Cx<'_>, node: &Node, field: &str, allowed: &[&str]) -> Option<String> {
+pub(super) fn one_of(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    field: &str,
+    allowed: &[&str],
+) -> Option<String> {
     let v = cx.string(node, field)?;
     if allowed.contains(&v.as_str()) {
         return Some(v);

@@ -14,6 +14,7 @@ pub mod model;
 pub mod oneline;
 pub mod params;
 mod pipeline;
+mod schedule;
 mod sweep;
 pub mod template;
 pub mod units;
@@ -205,12 +206,19 @@ fn document(cx: &mut Cx<'_>, node: &Node) -> Option<Document> {
             spec: spec.cloned(),
         }));
     }
-    let what = "schedules arrive with the server";
+    if kind.0 == "Schedule" {
+        let Some(spec) = spec else {
+            cx.d.error(node.pos, "missing 'spec'")
+                .help("add spec: with pipeline: NAME and cron: \"0 2 * * *\"");
+            return None;
+        };
+        return schedule::decode(cx, metadata, spec).map(|s| Document::Schedule(Box::new(s)));
+    }
     cx.d.note(
         kind.1,
         format!("kind {} is recognised but not validated yet", kind.0),
     )
-    .help(format!("this version of sluice cannot run it: {what}"));
+    .help("this version of sluice cannot run it");
     Some(Document::Pending(Pending {
         kind: kind.0,
         metadata,
@@ -241,8 +249,7 @@ fn known_kind(
     } else {
         cx.d.error(pos, format!("unknown kind '{kind}'"))
     };
-    // A Schedule is not validated yet: there is nothing to check it against.
-    let meant = misspelled(&kind, known).filter(|k| *k != "Schedule");
+    let meant = misspelled(&kind, known);
     match meant {
         Some(k) => {
             d.help(format!("did you mean '{k}'?"));

@@ -31,6 +31,7 @@ pub struct Metadata {
 pub enum Document {
     Pipeline(Box<Pipeline>),
     Sweep(Box<Sweep>),
+    Schedule(Box<Schedule>),
     /// Recognised kinds whose own validation and execution come later; the raw spec is kept.
     Pending(Pending),
 }
@@ -40,6 +41,7 @@ impl Document {
         match self {
             Document::Pipeline(p) => &p.metadata,
             Document::Sweep(s) => &s.metadata,
+            Document::Schedule(s) => &s.metadata,
             Document::Pending(p) => &p.metadata,
         }
     }
@@ -48,9 +50,60 @@ impl Document {
         match self {
             Document::Pipeline(_) => "Pipeline",
             Document::Sweep(_) => "Sweep",
+            Document::Schedule(_) => "Schedule",
             Document::Pending(p) => &p.kind,
         }
     }
+}
+
+/// A validated `kind: Schedule`: when a team's applied pipeline (or sweep) runs by itself.
+/// The expression and the zone are checked (`schedule::cron` reads them again when it
+/// computes fires); the parameters are checked against the pipeline when it is applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub metadata: Metadata,
+    /// The applied pipeline or sweep of the same team it runs, and where it is named.
+    pub pipeline: String,
+    pub pipeline_pos: Pos,
+    /// Five fields or an `@` form.
+    pub cron: String,
+    /// An IANA name; `UTC` by default.
+    pub timezone: String,
+    /// `NAME=VALUE` for the run, as `-p` gives them, with where each is written.
+    pub params: Vec<(String, Pos)>,
+    pub concurrency: Concurrency,
+    pub catch_up: CatchUp,
+    /// A tick later than this after its time is not run (recorded as missed).
+    pub starting_deadline: Option<Duration>,
+    /// How many of its ended runs to keep (older ones are deleted); all without.
+    pub keep_runs: Option<u64>,
+    pub suspend: bool,
+}
+
+/// What a tick does while the schedule's previous run still runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// Start it anyway.
+    #[default]
+    Allow,
+    /// Skip the tick (recorded).
+    Forbid,
+    /// Cancel the previous run, then start this one.
+    Replace,
+}
+
+/// Which ticks missed while no server ran are run when one starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchUp {
+    /// None of them (each recorded as missed).
+    None,
+    /// The newest one; the others recorded as missed.
+    #[default]
+    Latest,
+    /// All of them in order, at most 100; the rest recorded as missed.
+    All,
 }
 
 /// A validated `kind: Sweep` (see the sweep contract).

@@ -38,7 +38,7 @@ pub fn pipeline_of(run: &RunRow) -> Result<Pipeline, Error> {
                 }
                 Pipeline::of_sweep(&s, &run.file)
             }
-            Document::Pending(_) => continue,
+            Document::Schedule(_) | Document::Pending(_) => continue,
         };
         if run.document.as_ref().is_none_or(|n| &p.metadata.name == n) {
             found = Some(p);
