@@ -40,6 +40,8 @@ async fn sweep(store: &Store, id: &str, team: &str, n: usize) {
         document: None,
         params: "{}".into(),
         cluster: None,
+        applied_version: None,
+        schedule: None,
         steps,
     };
     store.create_run(&run, None).await.expect("create the run");

@@ -324,6 +324,8 @@ mod tests {
             lease_until: None,
             lease_started: None,
             cluster: None,
+            applied_version: None,
+            schedule: None,
         }
     }
 

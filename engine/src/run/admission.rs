@@ -270,6 +270,8 @@ spec:
             document: None,
             params: "{}".into(),
             cluster: Some(stored()),
+            applied_version: None,
+            schedule: None,
             steps,
         };
         store.create_run(&new, None).await.expect("create the run");

@@ -98,6 +98,8 @@ pub async fn submit(
                 params: params_json,
                 cluster: origin.cluster,
                 steps,
+                applied_version: None,
+                schedule: None,
             },
             origin.max_queued,
         )

@@ -478,6 +478,8 @@ spec:
             document: None,
             params: "{}".into(),
             cluster: cluster.then(|| crate::run::cluster::stored("lab.yaml", CLUSTER)),
+            applied_version: None,
+            schedule: None,
             steps: vec![step("fit"), step("eval")],
         };
         h.service

@@ -44,7 +44,19 @@ pub struct Loaded {
     /// YAML documents in the file, whether or not they decoded.
     pub yaml_documents: usize,
     pub documents: Vec<Document>,
+    /// Where each of `documents` is in the text (byte range of its root node): `apply`
+    /// keeps each document's own text.
+    pub spans: Vec<std::ops::Range<usize>>,
     pub diagnostics: Diagnostics,
+}
+
+impl Loaded {
+    /// The text of document `i` of `documents`.
+    pub fn text_of(&self, i: usize) -> Option<&str> {
+        self.spans
+            .get(i)
+            .and_then(|r| self.source.text.get(r.clone()))
+    }
 }
 
 /// Reads and validates the text of one file.
@@ -59,6 +71,7 @@ pub fn load(path: &str, text: String) -> Loaded {
         "parsed YAML"
     );
     let mut documents = Vec::new();
+    let mut spans = Vec::new();
     let real: Vec<&Node> = nodes.iter().filter(|n| !n.is_null()).collect();
     let yaml_documents = real.len();
     if real.is_empty() && !diagnostics.has_errors() {
@@ -73,12 +86,14 @@ pub fn load(path: &str, text: String) -> Loaded {
     for node in real {
         if let Some(doc) = document(&mut cx, node) {
             documents.push(doc);
+            spans.push(node.start..node.end.max(node.start));
         }
     }
     Loaded {
         source,
         yaml_documents,
         documents,
+        spans,
         diagnostics,
     }
 }

@@ -144,6 +144,8 @@ mod tests {
             document: None,
             params: "{}".into(),
             cluster: None,
+            applied_version: None,
+            schedule: None,
             steps: vec![StepRow {
                 name: "a".into(),
                 step: "a".into(),

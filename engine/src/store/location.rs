@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
 use sqlx::{AnyConnection, Connection, Executor};
@@ -246,7 +247,27 @@ async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
     let mut first = AnyConnection::connect(&sqlite_url(file, mode)).await?;
     first.execute("PRAGMA journal_mode = WAL").await?;
     first.close().await?;
-    let pool = AnyPoolOptions::new()
+    let store = Store {
+        pool: sqlite_pool(file).await?,
+        dialect: Dialect::Sqlite,
+        home: home.to_owned(),
+        shown: file.display().to_string(),
+        fence: None,
+    };
+    migrate_sqlite(&store, file).await?;
+    // A connection that read the schema before a migration changed it may prepare a
+    // statement against the old columns (SQLite re-prepares at its first step, so the
+    // column count sqlx read no longer holds): the pool that serves queries is opened after.
+    store.pool.close().await;
+    Ok(Store {
+        pool: sqlite_pool(file).await?,
+        ..store
+    })
+}
+
+/// The pool of a SQLite store that exists: WAL, a busy timeout, foreign keys.
+async fn sqlite_pool(file: &Path) -> Result<AnyPool, Error> {
+    Ok(AnyPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(BUSY_TIMEOUT)
         .after_connect(|conn, _| {
@@ -259,16 +280,7 @@ async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
             })
         })
         .connect(&sqlite_url(file, "rw"))
-        .await?;
-    let store = Store {
-        pool,
-        dialect: Dialect::Sqlite,
-        home: home.to_owned(),
-        shown: file.display().to_string(),
-        fence: None,
-    };
-    migrate_sqlite(&store, file).await?;
-    Ok(store)
+        .await?)
 }
 
 /// Migrates a SQLite store. sqlx takes no lock on SQLite, so two `sluice` opening a new home

@@ -12,6 +12,7 @@
 //! READ COMMITTED two transactions could otherwise both read the same free room and both
 //! take it. `store::tests` runs every operation on both backends, races included.
 
+mod applied;
 mod engines;
 mod housekeeping;
 mod leader;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use sqlx::AnyPool;
 
+pub use applied::{Applied, AppliedRow, FireRow, NewDocument};
 pub use engines::Orphan;
 pub use housekeeping::Marked;
 pub use leader::Leadership;

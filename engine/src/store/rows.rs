@@ -6,7 +6,7 @@ use super::read::Reader;
 use super::{Error, Tx};
 
 /// A run as submitted: its identity, its source and its step instances.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct NewRun {
     pub id: String,
     pub name: String,
@@ -20,6 +20,10 @@ pub struct NewRun {
     /// The Cluster file given with `--cluster` (`{"file", "source"}`), if any.
     pub cluster: Option<String>,
     pub steps: Vec<StepRow>,
+    /// The version of the applied document it runs (`sluice submit NAME`, a schedule).
+    pub applied_version: Option<i64>,
+    /// The schedule that started it.
+    pub schedule: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +48,9 @@ pub struct RunRow {
     pub lease_started: Option<i64>,
     /// The Cluster file given with `--cluster` (`{"file", "source"}`), if any.
     pub cluster: Option<String>,
+    /// The version of the applied document it runs, and the schedule that started it.
+    pub applied_version: Option<i64>,
+    pub schedule: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -151,6 +158,8 @@ pub(super) fn run_row(r: &AnyRow) -> Result<RunRow, Error> {
         lease_until: r.get("lease_until")?,
         lease_started: r.get("lease_started")?,
         cluster: r.get("cluster")?,
+        applied_version: r.get("applied_version")?,
+        schedule: r.get("schedule")?,
     })
 }
 

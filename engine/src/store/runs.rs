@@ -30,55 +30,7 @@ impl Store {
     /// at once cannot both squeeze under the limit.
     pub async fn create_run(&self, run: &NewRun, max_queued: Option<u64>) -> Result<(), Error> {
         let mut tx = self.write(Lock::Room).await?;
-        if let Some(limit) = max_queued {
-            let queued: i64 = sqlx::query(
-                "SELECT COUNT(*) FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.team = $1 AND r.state = 'Running' AND s.state IN ('Pending', 'Queued')",
-            )
-            .bind(&run.team)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(Error::from)
-            .and_then(|r| Reader::new(&r, format!("team {}'s queue", run.team)).at(0))?;
-            let queued = u64::try_from(queued).map_err(|_| {
-                Error::Corrupt(format!("team {}'s queue counts {queued} steps", run.team))
-            })?;
-            let adding = run.steps.len() as u64;
-            if queued + adding > limit {
-                return Err(Error::QueueFull {
-                    team: run.team.clone(),
-                    queued,
-                    adding,
-                    limit,
-                });
-            }
-        }
-        sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, objects, source, document, params, created_at, cluster) VALUES ($1, $2, $3, 'Running', $4, $5, $6, $7, $8, $9, $10, $11)")
-            .bind(&run.id)
-            .bind(&run.name)
-            .bind(&run.team)
-            .bind(&run.file)
-            .bind(&run.workdir)
-            .bind(&run.objects)
-            .bind(&run.source)
-            .bind(&run.document)
-            .bind(&run.params)
-            .bind(crate::time::now_rfc3339())
-            .bind(&run.cluster)
-            .execute(&mut *tx)
-            .await?;
-        for s in &run.steps {
-            insert_step(&mut tx, &run.id, s).await?;
-        }
-        insert_events(
-            &mut tx,
-            &run.id,
-            &[Event {
-                step: None,
-                kind: "created".into(),
-                detail: None,
-            }],
-        )
-        .await?;
+        insert_run(&mut tx, run, max_queued).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -444,4 +396,65 @@ fn steps_in_order(dialect: super::Dialect) -> String {
         "SELECT * FROM steps WHERE run_id = $1 ORDER BY {}",
         dialect.insertion_order()
     )
+}
+
+/// Records a new run with its steps inside `tx`, refusing it (nothing written) if it would
+/// take its team past `max_queued` queued steps.
+pub(super) async fn insert_run(
+    tx: &mut super::Tx,
+    run: &NewRun,
+    max_queued: Option<u64>,
+) -> Result<(), Error> {
+    if let Some(limit) = max_queued {
+        let queued: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.team = $1 AND r.state = 'Running' AND s.state IN ('Pending', 'Queued')",
+        )
+        .bind(&run.team)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(Error::from)
+        .and_then(|r| Reader::new(&r, format!("team {}'s queue", run.team)).at(0))?;
+        let queued = u64::try_from(queued).map_err(|_| {
+            Error::Corrupt(format!("team {}'s queue counts {queued} steps", run.team))
+        })?;
+        let adding = run.steps.len() as u64;
+        if queued + adding > limit {
+            return Err(Error::QueueFull {
+                team: run.team.clone(),
+                queued,
+                adding,
+                limit,
+            });
+        }
+    }
+    sqlx::query("INSERT INTO runs (id, name, team, state, file, workdir, objects, source, document, params, created_at, cluster, applied_version, schedule) VALUES ($1, $2, $3, 'Running', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)")
+        .bind(&run.id)
+        .bind(&run.name)
+        .bind(&run.team)
+        .bind(&run.file)
+        .bind(&run.workdir)
+        .bind(&run.objects)
+        .bind(&run.source)
+        .bind(&run.document)
+        .bind(&run.params)
+        .bind(crate::time::now_rfc3339())
+        .bind(&run.cluster)
+        .bind(run.applied_version)
+        .bind(&run.schedule)
+        .execute(&mut **tx)
+        .await?;
+    for s in &run.steps {
+        insert_step(tx, &run.id, s).await?;
+    }
+    insert_events(
+        tx,
+        &run.id,
+        &[Event {
+            step: None,
+            kind: "created".into(),
+            detail: None,
+        }],
+    )
+    .await?;
+    Ok(())
 }
