@@ -36,6 +36,9 @@ pub struct Origin<'a> {
     pub cluster: Option<String>,
     /// The team's `maxQueued`: the run is refused if it would take the team past it.
     pub max_queued: Option<u64>,
+    /// The applied document's version it runs, and the schedule that fired it.
+    pub applied_version: Option<i64>,
+    pub schedule: Option<String>,
 }
 
 /// Records a new run of `pipeline` and returns its id.
@@ -46,6 +49,19 @@ pub async fn submit(
     params: BTreeMap<String, ParamValue>,
     origin: Origin<'_>,
 ) -> Result<String, store::Error> {
+    let max_queued = origin.max_queued;
+    let run = prepare(pipeline, dag, params, origin);
+    store.create_run(&run, max_queued).await?;
+    Ok(run.id)
+}
+
+/// The rows of a new run of `pipeline` (its id chosen), not yet recorded.
+pub fn prepare(
+    pipeline: &Pipeline,
+    dag: &Dag,
+    params: BTreeMap<String, ParamValue>,
+    origin: Origin<'_>,
+) -> NewRun {
     let id = new_run_id();
     let params_json = serde_json::Value::Object(
         params
@@ -84,25 +100,19 @@ pub async fn submit(
             ..StepRow::default()
         });
     }
-    store
-        .create_run(
-            &NewRun {
-                id: id.clone(),
-                name: pipeline.metadata.name.clone(),
-                team: pipeline.metadata.team.clone(),
-                file: pipeline.path.clone(),
-                workdir: origin.workdir.to_owned(),
-                objects: origin.objects.to_owned(),
-                source: origin.source.to_owned(),
-                document: origin.document,
-                params: params_json,
-                cluster: origin.cluster,
-                steps,
-                applied_version: None,
-                schedule: None,
-            },
-            origin.max_queued,
-        )
-        .await?;
-    Ok(id)
+    NewRun {
+        id,
+        name: pipeline.metadata.name.clone(),
+        team: pipeline.metadata.team.clone(),
+        file: pipeline.path.clone(),
+        workdir: origin.workdir.to_owned(),
+        objects: origin.objects.to_owned(),
+        source: origin.source.to_owned(),
+        document: origin.document,
+        params: params_json,
+        cluster: origin.cluster,
+        steps,
+        applied_version: origin.applied_version,
+        schedule: origin.schedule,
+    }
 }

@@ -11,6 +11,7 @@
 //! viewer: a file naming another team is refused, one naming none takes the principal's),
 //! else the file's `metadata.team` as before (the local principal, an admin).
 
+pub mod apply;
 mod control;
 mod error;
 pub mod logs;

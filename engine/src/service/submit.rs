@@ -31,6 +31,10 @@ pub struct Request {
     pub cluster: Option<PathBuf>,
     /// The object store's URL; default: the Cluster's `objects`, else the home's folder.
     pub objects: Option<String>,
+    /// The applied document's version this runs (`submit NAME`, a schedule's fire), and the
+    /// schedule that fired it.
+    pub applied_version: Option<i64>,
+    pub schedule: Option<String>,
 }
 
 /// A validated request: only [`check`] makes one.
@@ -277,6 +281,31 @@ impl Service {
         checked: Checked,
         warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
     ) -> Result<Submitted, Error> {
+        match self.record(who, checked, warn, None).await? {
+            Some(s) => Ok(s),
+            None => Err(Error::invalid("the run was not recorded")),
+        }
+    }
+
+    /// Records a checked run as the run of a schedule's tick, in one transaction with the
+    /// tick's `fire` (its `run_id` is set here): None when the tick was decided already.
+    pub async fn submit_fire(
+        &self,
+        who: &Principal,
+        checked: Checked,
+        fire: crate::store::FireRow,
+    ) -> Result<Option<Submitted>, Error> {
+        let mut quiet = |_: &[Diagnostic]| {};
+        self.record(who, checked, &mut quiet, Some(fire)).await
+    }
+
+    async fn record(
+        &self,
+        who: &Principal,
+        checked: Checked,
+        warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
+        fire: Option<crate::store::FireRow>,
+    ) -> Result<Option<Submitted>, Error> {
         who.check_role("submit runs")?;
         if who
             .bound_team()
@@ -314,8 +343,7 @@ impl Service {
                 .find(|t| t.name == team)
                 .and_then(|t| t.max_queued)
         });
-        let submitted = crate::run::submit(
-            &self.store,
+        let run = crate::run::submit::prepare(
             &pipeline,
             &graph,
             values,
@@ -328,11 +356,27 @@ impl Service {
                     .as_ref()
                     .map(|c| crate::run::cluster::stored(&c.shown, &c.text)),
                 max_queued,
+                applied_version: request.applied_version,
+                schedule: request.schedule.clone(),
             },
-        )
-        .await;
+        );
+        let submitted = match fire {
+            None => self
+                .store
+                .create_run(&run, max_queued)
+                .await
+                .map(|()| Some(run.id.clone())),
+            Some(mut fire) => {
+                fire.run_id = Some(run.id.clone());
+                self.store
+                    .fire(&fire, Some((&run, max_queued)))
+                    .await
+                    .map(|done| done.then(|| run.id.clone()))
+            }
+        };
         let id = match (submitted, &cluster) {
-            (Ok(id), _) => id,
+            (Ok(Some(id)), _) => id,
+            (Ok(None), _) => return Ok(None),
             (Err(e @ crate::store::Error::QueueFull { .. }), Some(c)) => {
                 let pos = max_queued_pos(&c.loaded, &team);
                 let d = Diagnostic::error(&c.shown, pos, format!("run refused: {e}"))
@@ -342,10 +386,10 @@ impl Service {
             }
             (Err(e), _) => return Err(e.into()),
         };
-        Ok(Submitted {
+        Ok(Some(Submitted {
             id,
             name: pipeline.metadata.name,
-        })
+        }))
     }
 
     /// The run's object store URL: the request's, else the Cluster file's `objects`, else
