@@ -217,7 +217,7 @@ fn plural(n: usize) -> &'static str {
 
 /// Files to check: a file as given, or a folder's `*.yaml`/`*.yml` files, recursively, in
 /// name order, skipping hidden folders (`.git`, `.sluice`).
-fn collect(path: &Path, out: &mut Vec<PathBuf>, diags: &mut Vec<Diagnostic>) {
+pub(super) fn collect(path: &Path, out: &mut Vec<PathBuf>, diags: &mut Vec<Diagnostic>) {
     let shown = path.display().to_string();
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,

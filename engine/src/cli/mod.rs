@@ -10,6 +10,7 @@ pub mod output;
 mod progress;
 mod remote;
 mod run;
+pub mod schedules;
 mod server;
 mod simulate;
 pub mod status;
@@ -126,6 +127,18 @@ pub enum Command {
     /// priority), Jain's fairness index, preemptions, GPU-hours lost to preemption and cost
     /// per team; --output json gives the contract's shape, byte-identical for the same inputs.
     Simulate(simulate::Args),
+    /// Register Pipeline, Sweep and Schedule documents for the team, as `kubectl apply`.
+    ///
+    /// Prints one line per document (`pipeline/retrain created`, `schedule/nightly
+    /// configured`, `pipeline/old unchanged`, `schedule/gone pruned`). Every document is
+    /// validated first; if any is invalid nothing is applied (exit 2).
+    Apply(schedules::ApplyArgs),
+    /// Run an applied pipeline or sweep by name.
+    Submit(schedules::SubmitArgs),
+    /// The team's schedules: each one's last and next fire.
+    Schedules,
+    /// Schedules: `sluice schedule next FILE_OR_NAME` prints the next fire times.
+    Schedule(schedules::ScheduleArgs),
     /// Serve the HTTP API and drive every run of the state store, for many teams.
     ///
     /// Runs submitted through it (`sluice --server URL run FILE`) are driven by it, with one
@@ -222,6 +235,10 @@ async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Resul
     let path = home.path.as_path();
     match command {
         Command::Token(a) => token::run(home, a, format).await,
+        Command::Apply(a) => schedules::apply(home, a, format).await,
+        Command::Submit(a) => submit_local(home, a, format).await,
+        Command::Schedules => schedules::schedules(home, format).await,
+        Command::Schedule(a) => schedules::next(a, format).await,
         Command::Run(a) => run::run(path, a, format).await,
         Command::Sweep(a) => sweep::sweep(path, a, format).await,
         Command::Resume(a) => run::resume(home, a, format).await,
@@ -232,7 +249,16 @@ async fn dispatch(home: &home::Home, command: &Command, format: Format) -> Resul
         Command::Gc(a) => gc::run(home, a, format).await,
         Command::Status(a) => {
             let store = existing(home, &a.run).await?;
-            status::status(&store, a, format).await
+            match status::status(&store, a, format).await {
+                // Not a run: perhaps a schedule.
+                Err(Error::Service(crate::service::Error::NotFound(m))) => {
+                    match schedules::status(home, &a.run, format).await? {
+                        Some(done) => Ok(done),
+                        None => Err(Error::Service(crate::service::Error::NotFound(m))),
+                    }
+                }
+                other => other,
+            }
         }
         Command::Runs(a) => match crate::store::Store::open_existing(path).await? {
             Some(store) => status::runs(&store, a, format).await,
@@ -262,7 +288,19 @@ async fn remote_dispatch(
         Command::Run(a) => run::run(path, a, format).await,
         Command::Sweep(a) => sweep::sweep(path, a, format).await,
         Command::Runs(a) => remote::runs(c, a, format).await,
-        Command::Status(a) => remote::status(c, &a.run, format).await,
+        Command::Status(a) => match remote::status(c, &a.run, format).await {
+            Err(Error::Client(crate::client::Error::Refused(r))) if r.status == 404 => {
+                match schedules::status(home, &a.run, format).await? {
+                    Some(done) => Ok(done),
+                    None => Err(Error::Client(crate::client::Error::Refused(r))),
+                }
+            }
+            other => other,
+        },
+        Command::Apply(a) => schedules::apply(home, a, format).await,
+        Command::Submit(a) => remote::submit(c, a, format).await,
+        Command::Schedules => schedules::schedules(home, format).await,
+        Command::Schedule(a) => schedules::next(a, format).await,
         Command::Logs(a) => remote::logs(c, a, format).await,
         Command::Cancel(a) => remote::cancel(c, a, format).await,
         Command::Retry(a) => remote::retry(c, a, format).await,
@@ -278,6 +316,37 @@ async fn remote_dispatch(
             Ok(Outcome::Success)
         }
     }
+}
+
+/// `sluice submit NAME` on a home: the applied pipeline's text, run as `sluice run` runs a
+/// file.
+async fn submit_local(
+    home: &home::Home,
+    a: &schedules::SubmitArgs,
+    format: Format,
+) -> Result<Outcome, Error> {
+    let store = existing(home, &a.name).await?;
+    let service = crate::service::Service::new(store, crate::clock::system());
+    let request = service
+        .applied_request(&crate::service::Principal::local(), &a.name, a.params.clone())
+        .await?;
+    let args = run::RunArgs {
+        file: request.shown.clone().into(),
+        params: a.params.clone(),
+        name: None,
+        detach: a.detach,
+        cluster: None,
+        objects: None,
+    };
+    run::start(
+        &home.path,
+        &request.shown,
+        request.text,
+        &request.workdir,
+        &args,
+        format,
+    )
+    .await
 }
 
 /// The store of a home that must exist already (a command about run `run`): a missing home is

@@ -446,3 +446,23 @@ pub async fn usage(
     print(&body, format)?;
     Ok(Outcome::Success)
 }
+
+/// `sluice submit NAME` against the server: runs the applied pipeline, then follows it as
+/// `run` does.
+pub async fn submit(c: &Client, args: &super::schedules::SubmitArgs, format: Format) -> Result<Outcome, Error> {
+    let body = json!({"name": args.name, "params": args.params});
+    let v = c.json(Method::POST, "/api/v1/submit", &[], Some(&body)).await?;
+    let id = str_of(&v, "id");
+    if args.detach {
+        match format {
+            Format::Json => output::json(&json!({ "id": id })),
+            Format::Text => output::text(|out| writeln!(out, "{id}")),
+        }
+        .map_err(Error::output)?;
+        return Ok(Outcome::Success);
+    }
+    if format == Format::Text {
+        say(format_args!("run {id} started ({})", args.name));
+    }
+    follow(c, &id, format, false).await
+}

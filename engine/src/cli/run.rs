@@ -87,6 +87,8 @@ pub async fn start(
         name: args.name.clone(),
         cluster: args.cluster.clone(),
         objects: args.objects.clone(),
+        applied_version: None,
+        schedule: None,
     };
     let mut warn = |d: &[crate::spec::Diagnostic]| output::diagnostics(d);
     let checked = service::submit::check(&who, request, &mut warn)?;

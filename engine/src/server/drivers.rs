@@ -26,6 +26,9 @@ pub const ADOPT_EVERY: Duration = Duration::from_secs(1);
 /// The driver tasks of this process, by run id.
 pub struct Drivers {
     service: Service,
+    /// The server's Cluster file and object store, for the runs its schedules start.
+    cluster: Option<std::path::PathBuf>,
+    objects: Option<String>,
     /// The store fenced with this server's epoch while it leads (its drivers write through
     /// it); None while another server leads.
     lead: Mutex<Option<Store>>,
@@ -46,9 +49,16 @@ impl std::fmt::Debug for Drivers {
 }
 
 impl Drivers {
-    pub fn new(service: Service, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(
+        service: Service,
+        metrics: Arc<Metrics>,
+        cluster: Option<std::path::PathBuf>,
+        objects: Option<String>,
+    ) -> Arc<Self> {
         Arc::new(Drivers {
             service,
+            cluster,
+            objects,
             lead: Mutex::new(None),
             schedulers: Schedulers::default(),
             metrics,
@@ -213,11 +223,20 @@ impl Drivers {
                 }
                 handled = now;
             }
-            if self.leading().is_some() {
+            if let Some(fenced) = self.leading() {
                 if let Err(e) = self.adopt(previous.as_deref()).await {
                     tracing::warn!("cannot look for runs to drive: {e}");
                 } else {
                     previous = None;
+                }
+                let ticks = super::ticks::Ticks {
+                    service: Service::for_clients(fenced, self.service.clock().clone()),
+                    drivers: self.clone(),
+                    cluster: self.cluster.clone(),
+                    objects: self.objects.clone(),
+                };
+                if let Err(e) = ticks.pass().await {
+                    tracing::warn!("cannot decide the schedules' ticks: {e}");
                 }
             }
             tokio::select! {

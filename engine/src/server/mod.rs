@@ -10,6 +10,7 @@ pub mod api;
 pub mod drivers;
 pub mod leader;
 pub mod metrics;
+pub mod ticks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -67,7 +68,12 @@ impl Server {
             })?;
         let metrics = Arc::new(metrics::Metrics::new());
         let service = Service::for_clients(store, clock);
-        let drivers = drivers::Drivers::new(service.clone(), metrics.clone());
+        let drivers = drivers::Drivers::new(
+            service.clone(),
+            metrics.clone(),
+            config.cluster.clone(),
+            config.objects.clone(),
+        );
         Ok(Server {
             listener,
             config,

@@ -18,6 +18,7 @@ pub mod logs;
 mod principal;
 mod read;
 mod resolve;
+pub mod schedules;
 pub mod submit;
 #[cfg(test)]
 mod tests;

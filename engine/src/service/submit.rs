@@ -281,7 +281,7 @@ impl Service {
         checked: Checked,
         warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
     ) -> Result<Submitted, Error> {
-        match self.record(who, checked, warn, None).await? {
+        match self.record_run(who, checked, warn, None).await? {
             Some(s) => Ok(s),
             None => Err(Error::invalid("the run was not recorded")),
         }
@@ -296,10 +296,10 @@ impl Service {
         fire: crate::store::FireRow,
     ) -> Result<Option<Submitted>, Error> {
         let mut quiet = |_: &[Diagnostic]| {};
-        self.record(who, checked, &mut quiet, Some(fire)).await
+        self.record_run(who, checked, &mut quiet, Some(fire)).await
     }
 
-    async fn record(
+    async fn record_run(
         &self,
         who: &Principal,
         checked: Checked,

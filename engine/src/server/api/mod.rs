@@ -10,6 +10,7 @@
 mod auth;
 mod error;
 mod runs;
+mod schedules;
 mod system;
 mod tokens;
 mod usage;
@@ -116,6 +117,10 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tokens::revoke))
         .routes(routes!(tokens::audit))
         .routes(routes!(usage::usage))
+        .routes(routes!(schedules::apply))
+        .routes(routes!(schedules::submit))
+        .routes(routes!(schedules::list))
+        .routes(routes!(schedules::status))
         .split_for_parts()
 }
 

@@ -53,7 +53,7 @@ pub struct ListQuery {
 #[serde(deny_unknown_fields)]
 pub struct FormatQuery {
     #[param(inline)]
-    format: Option<Format>,
+    pub format: Option<Format>,
 }
 
 /// A run id, an unambiguous prefix of one, `@latest` or `NAME@latest`.
@@ -188,7 +188,24 @@ async fn submit_run(
         name: body.name,
         cluster: state.cluster.clone(),
         objects: state.objects.clone(),
+        applied_version: None,
+        schedule: None,
     };
+    submit_request(state, caller, request).await
+}
+
+impl SubmittedBody {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Checks and records a run for the caller; warnings about the file in the answer.
+pub(super) async fn submit_request(
+    state: &AppState,
+    caller: &Caller,
+    request: service::Request,
+) -> Result<SubmittedBody, ApiError> {
     let mut warnings: Vec<String> = Vec::new();
     let mut warn = |d: &[crate::spec::Diagnostic]| {
         warnings.extend(d.iter().map(ToString::to_string));
@@ -207,7 +224,7 @@ async fn submit_run(
 
 /// Records a change and its result; a store that cannot record it is said in the log (the
 /// change itself is already committed or refused).
-async fn audit<T>(
+pub(super) async fn audit<T>(
     state: &AppState,
     caller: &Caller,
     action: &str,

@@ -1,0 +1,202 @@
+//! Applied documents and schedules: `apply`, `submit NAME`, the schedules with their last and
+//! next fires, and one schedule's every fire. The team is the token's, as everywhere.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::runs::{Format, FormatQuery, json_response, text_response};
+use super::{ApiError, AppState, Caller};
+use crate::service::{self, apply};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyFile {
+    /// How the file is named in diagnostics (its path on the client).
+    path: String,
+    /// Its YAML text.
+    text: String,
+    /// The folder its steps run in by default (used when it exists on the server's machine).
+    #[serde(default)]
+    workdir: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyBody {
+    files: Vec<ApplyFile>,
+    /// Delete the team's applied documents these files no longer hold.
+    #[serde(default)]
+    prune: bool,
+    /// Say what would be done, and do nothing.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppliedLine {
+    kind: String,
+    name: String,
+    /// created, configured, unchanged or pruned.
+    result: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppliedBody {
+    applied: Vec<AppliedLine>,
+    dry_run: bool,
+}
+
+/// Applies Pipeline, Sweep and Schedule documents for the token's team, as `kubectl apply`:
+/// every document validated first; if any is invalid nothing is applied (400).
+#[utoipa::path(post, path = "/api/v1/apply", tag = "schedules", request_body = ApplyBody,
+    responses((status = 200, description = "What was done to each document", body = AppliedBody),
+              (status = 400, description = "Documents with errors: lint's diagnostics; nothing applied"),
+              (status = 403, description = "A viewer's token")))]
+pub async fn apply(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<ApplyBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    let home = state.service.store().home.display().to_string();
+    let files: Vec<apply::File> = body
+        .files
+        .into_iter()
+        .map(|f| apply::File {
+            workdir: f
+                .workdir
+                .filter(|w| std::path::Path::new(w).is_dir())
+                .unwrap_or_else(|| home.clone()),
+            path: f.path,
+            text: f.text,
+        })
+        .collect();
+    let result = state
+        .service
+        .apply(&caller.principal, &caller.id, &files, body.prune, body.dry_run)
+        .await
+        .map_err(ApiError::from);
+    if !body.dry_run {
+        let target = match &result {
+            Ok(lines) => lines
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(_) => "documents".to_owned(),
+        };
+        super::runs::audit(&state, &caller, "apply", &target, &result).await;
+    }
+    let lines = result?;
+    Ok(json_response(
+        StatusCode::OK,
+        &AppliedBody {
+            applied: lines
+                .into_iter()
+                .map(|l| AppliedLine {
+                    kind: l.kind,
+                    name: l.name,
+                    result: l.what.as_str().to_owned(),
+                })
+                .collect(),
+            dry_run: body.dry_run,
+        },
+    ))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitNamedBody {
+    /// The applied pipeline or sweep of the token's team.
+    name: String,
+    /// `NAME=VALUE` parameters.
+    #[serde(default)]
+    params: Vec<String>,
+}
+
+/// Runs an applied pipeline or sweep by name (`sluice submit NAME`).
+#[utoipa::path(post, path = "/api/v1/submit", tag = "schedules", request_body = SubmitNamedBody,
+    responses((status = 201, description = "The run was recorded", body = super::runs::SubmittedBody),
+              (status = 404, description = "No such applied pipeline for this token's team")))]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<SubmitNamedBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    let result = async {
+        let mut request = state
+            .service
+            .applied_request(&caller.principal, &body.name, body.params)
+            .await?;
+        request.cluster.clone_from(&state.cluster);
+        request.objects.clone_from(&state.objects);
+        super::runs::submit_request(&state, &caller, request).await
+    }
+    .await;
+    let target = result
+        .as_ref()
+        .map_or(format!("pipeline {}", body.name), |s| format!("run {}", s.id()));
+    super::runs::audit(&state, &caller, "submit", &target, &result).await;
+    let submitted = result?;
+    state.drivers.drive(submitted.id());
+    Ok(json_response(StatusCode::CREATED, &submitted))
+}
+
+fn render<T: Serialize>(
+    value: &T,
+    format: Option<Format>,
+    text: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
+) -> Result<Response, ApiError> {
+    Ok(match format.unwrap_or_default() {
+        Format::Json => json_response(StatusCode::OK, value),
+        Format::Text => {
+            let mut out = Vec::new();
+            text(&mut out).map_err(|e| service::Error::io("cannot write the answer", e))?;
+            text_response(out)
+        }
+    })
+}
+
+/// The token's team's schedules with their last and next fires.
+#[utoipa::path(get, path = "/api/v1/schedules", tag = "schedules", params(FormatQuery),
+    responses((status = 200, description = "The schedules, as `sluice schedules --output json` prints them")))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<FormatQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let views = state.service.schedules(&caller.principal).await?;
+    render(&views, q.format, |out| {
+        crate::cli::schedules::write_list(out, &views)
+    })
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SchedulePath {
+    /// The schedule's name.
+    name: String,
+}
+
+/// One schedule with every fire: its scheduled time, outcome, run and why.
+#[utoipa::path(get, path = "/api/v1/schedules/{name}", tag = "schedules", params(SchedulePath, FormatQuery),
+    responses((status = 200, description = "The schedule, as `sluice status SCHEDULE --output json` prints it"),
+              (status = 404, description = "No such schedule for this token's team")))]
+pub async fn status(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: Result<Path<SchedulePath>, PathRejection>,
+    query: Result<Query<FormatQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(p) = path?;
+    let Query(q) = query?;
+    let view = state.service.schedule(&caller.principal, &p.name).await?;
+    render(&view, q.format, |out| crate::cli::schedules::write_one(out, &view))
+}
