@@ -221,3 +221,6 @@ impl Ticks {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
