@@ -35,6 +35,23 @@ impl Clock for SystemClock {
     }
 }
 
+/// A clock read from a file holding an RFC 3339 time (the system's time while the file
+/// cannot be read): what `SLUICE_SCHEDULE_CLOCK_FILE` gives a server's schedule loop, so that
+/// end-to-end tests move its time by writing the file. For tests only.
+#[derive(Clone, Debug)]
+pub struct FileClock {
+    pub path: std::path::PathBuf,
+}
+
+impl Clock for FileClock {
+    fn now(&self) -> DateTime<Utc> {
+        std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|t| crate::time::parse(t.trim()).ok())
+            .unwrap_or_else(Utc::now)
+    }
+}
+
 /// The system clock, shared: what every caller uses unless it is given another.
 pub fn system() -> Arc<dyn Clock> {
     Arc::new(SystemClock)

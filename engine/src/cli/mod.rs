@@ -328,7 +328,11 @@ async fn submit_local(
     let store = existing(home, &a.name).await?;
     let service = crate::service::Service::new(store, crate::clock::system());
     let request = service
-        .applied_request(&crate::service::Principal::local(), &a.name, a.params.clone())
+        .applied_request(
+            &crate::service::Principal::local(),
+            &a.name,
+            a.params.clone(),
+        )
         .await?;
     let args = run::RunArgs {
         file: request.shown.clone().into(),

@@ -449,9 +449,15 @@ pub async fn usage(
 
 /// `sluice submit NAME` against the server: runs the applied pipeline, then follows it as
 /// `run` does.
-pub async fn submit(c: &Client, args: &super::schedules::SubmitArgs, format: Format) -> Result<Outcome, Error> {
+pub async fn submit(
+    c: &Client,
+    args: &super::schedules::SubmitArgs,
+    format: Format,
+) -> Result<Outcome, Error> {
     let body = json!({"name": args.name, "params": args.params});
-    let v = c.json(Method::POST, "/api/v1/submit", &[], Some(&body)).await?;
+    let v = c
+        .json(Method::POST, "/api/v1/submit", &[], Some(&body))
+        .await?;
     let id = str_of(&v, "id");
     if args.detach {
         match format {

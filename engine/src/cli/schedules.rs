@@ -93,7 +93,11 @@ fn read_files(paths: &[PathBuf]) -> Result<Vec<apply::File>, Error> {
         .collect()
 }
 
-fn print_applied(lines: &[(String, String, String)], dry_run: bool, format: Format) -> Result<(), Error> {
+fn print_applied(
+    lines: &[(String, String, String)],
+    dry_run: bool,
+    format: Format,
+) -> Result<(), Error> {
     match format {
         Format::Json => output::json(&json!({
             "applied": lines.iter().map(|(k, n, r)| json!({"kind": k, "name": n, "result": r})).collect::<Vec<_>>(),
@@ -118,7 +122,9 @@ pub async fn apply(home: &Home, args: &ApplyArgs, format: Format) -> Result<Outc
             "prune": args.prune,
             "dry_run": args.dry_run,
         });
-        let v = c.json(Method::POST, "/api/v1/apply", &[], Some(&body)).await?;
+        let v = c
+            .json(Method::POST, "/api/v1/apply", &[], Some(&body))
+            .await?;
         let lines: Vec<(String, String, String)> = v["applied"]
             .as_array()
             .map(|a| {
@@ -136,7 +142,13 @@ pub async fn apply(home: &Home, args: &ApplyArgs, format: Format) -> Result<Outc
     let store = crate::store::Store::open(&home.path).await?;
     let service = Service::new(store, crate::clock::system());
     let lines = service
-        .apply(&Principal::local(), "local", &files, args.prune, args.dry_run)
+        .apply(
+            &Principal::local(),
+            "local",
+            &files,
+            args.prune,
+            args.dry_run,
+        )
         .await?;
     let lines: Vec<(String, String, String)> = lines
         .into_iter()
@@ -148,14 +160,24 @@ pub async fn apply(home: &Home, args: &ApplyArgs, format: Format) -> Result<Outc
 
 pub async fn schedules(home: &Home, format: Format) -> Result<Outcome, Error> {
     if let Some(c) = super::remote::server() {
-        let q = [("format", if format == Format::Json { "json" } else { "text" }.to_owned())];
+        let q = [(
+            "format",
+            if format == Format::Json {
+                "json"
+            } else {
+                "text"
+            }
+            .to_owned(),
+        )];
         let body = c.text(Method::GET, "/api/v1/schedules", &q).await?;
         return print_body(&body, format);
     }
     let views = match crate::store::Store::open_existing(&home.path).await? {
-        Some(store) => Service::new(store, crate::clock::system())
-            .schedules(&Principal::local())
-            .await?,
+        Some(store) => {
+            Service::new(store, crate::clock::system())
+                .schedules(&Principal::local())
+                .await?
+        }
         None => Vec::new(),
     };
     match format {
@@ -178,7 +200,15 @@ fn print_body(body: &str, format: Format) -> Result<Outcome, Error> {
 /// `sluice status NAME` for a schedule: every fire.
 pub async fn status(home: &Home, name: &str, format: Format) -> Result<Option<Outcome>, Error> {
     if let Some(c) = super::remote::server() {
-        let q = [("format", if format == Format::Json { "json" } else { "text" }.to_owned())];
+        let q = [(
+            "format",
+            if format == Format::Json {
+                "json"
+            } else {
+                "text"
+            }
+            .to_owned(),
+        )];
         let path = format!("/api/v1/schedules/{}", crate::client::segment(name));
         return match c.text(Method::GET, &path, &q).await {
             Ok(body) => print_body(&body, format).map(Some),
@@ -210,19 +240,29 @@ pub fn write_list(out: &mut dyn Write, views: &[ScheduleView]) -> std::io::Resul
         return writeln!(out, "no schedules applied (sluice apply -f FILE)");
     }
     let name_w = views.iter().map(|v| v.name.len()).max().unwrap_or(0).max(4);
-    let pipe_w = views.iter().map(|v| v.pipeline.len()).max().unwrap_or(0).max(8);
+    let pipe_w = views
+        .iter()
+        .map(|v| v.pipeline.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let when = |v: &ScheduleView| format!("{} ({})", v.cron, v.timezone);
-    let when_w = views.iter().map(|v| when(v).len()).max().unwrap_or(0).max(8);
+    let when_w = views
+        .iter()
+        .map(|v| when(v).len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     writeln!(
         out,
         "{:name_w$}  {:pipe_w$}  {:when_w$}  {:32}  NEXT",
         "NAME", "PIPELINE", "SCHEDULE", "LAST"
     )?;
     for v in views {
-        let last = v.last.as_ref().map_or_else(
-            || "-".to_owned(),
-            |f| format!("{} {}", f.tick, f.outcome),
-        );
+        let last = v
+            .last
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |f| format!("{} {}", f.tick, f.outcome));
         let next = if v.suspend {
             "suspended".to_owned()
         } else {
@@ -278,8 +318,11 @@ pub fn write_one(out: &mut dyn Write, v: &ScheduleView) -> std::io::Result<()> {
 pub async fn next(args: &ScheduleArgs, format: Format) -> Result<Outcome, Error> {
     let ScheduleCommand::Next(a) = &args.command;
     let from: DateTime<Utc> = match &a.from {
-        Some(t) => crate::time::parse(t)
-            .map_err(|e| Error::Usage(format!("--from {t}: {e} (an RFC 3339 time, 2026-12-01T00:00:00Z)")))?,
+        Some(t) => crate::time::parse(t).map_err(|e| {
+            Error::Usage(format!(
+                "--from {t}: {e} (an RFC 3339 time, 2026-12-01T00:00:00Z)"
+            ))
+        })?,
         None => Utc::now(),
     };
     let (cron, zone) = if Path::new(&a.schedule).is_file() {

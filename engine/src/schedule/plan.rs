@@ -41,7 +41,11 @@ pub struct Rules {
 }
 
 /// Decides the due ticks `due` (ascending, all at or before `now`).
-pub fn decide(rules: Rules, due: &[DateTime<Utc>], now: DateTime<Utc>) -> Vec<(DateTime<Utc>, Decision)> {
+pub fn decide(
+    rules: Rules,
+    due: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+) -> Vec<(DateTime<Utc>, Decision)> {
     let Some(&newest) = due.last() else {
         return Vec::new();
     };
@@ -123,16 +127,28 @@ mod tests {
             .collect()
     }
 
-    const NONE: Rules = Rules { catch_up: CatchUp::None, starting_deadline: None };
-    const LATEST: Rules = Rules { catch_up: CatchUp::Latest, starting_deadline: None };
-    const ALL: Rules = Rules { catch_up: CatchUp::All, starting_deadline: None };
+    const NONE: Rules = Rules {
+        catch_up: CatchUp::None,
+        starting_deadline: None,
+    };
+    const LATEST: Rules = Rules {
+        catch_up: CatchUp::Latest,
+        starting_deadline: None,
+    };
+    const ALL: Rules = Rules {
+        catch_up: CatchUp::All,
+        starting_deadline: None,
+    };
 
     #[test]
     fn an_on_time_tick_runs_whatever_catch_up_says() {
         let due = [t("2026-12-01T02:00:00Z")];
         let now = t("2026-12-01T02:00:01Z");
         for rules in [NONE, LATEST, ALL] {
-            assert_eq!(runs(&decide(rules, &due, now)), ["2026-12-01T02:00:00.000Z"]);
+            assert_eq!(
+                runs(&decide(rules, &due, now)),
+                ["2026-12-01T02:00:00.000Z"]
+            );
         }
     }
 
@@ -144,7 +160,10 @@ mod tests {
         let none = decide(NONE, &due, now);
         assert!(runs(&none).is_empty());
         assert_eq!(none.len(), 5, "every tick is recorded");
-        assert_eq!(runs(&decide(LATEST, &due, now)), ["2026-12-01T05:00:00.000Z"]);
+        assert_eq!(
+            runs(&decide(LATEST, &due, now)),
+            ["2026-12-01T05:00:00.000Z"]
+        );
         assert_eq!(runs(&decide(ALL, &due, now)).len(), 5);
     }
 

@@ -28,6 +28,8 @@ pub struct Drivers {
     service: Service,
     /// The server's Cluster file and object store, for the runs its schedules start.
     cluster: Option<std::path::PathBuf>,
+    /// Where the schedule loop reads the time: the service's clock, or a test's.
+    schedule_clock: Mutex<Option<Arc<dyn crate::clock::Clock>>>,
     objects: Option<String>,
     /// The store fenced with this server's epoch while it leads (its drivers write through
     /// it); None while another server leads.
@@ -57,6 +59,7 @@ impl Drivers {
     ) -> Arc<Self> {
         Arc::new(Drivers {
             service,
+            schedule_clock: Mutex::new(None),
             cluster,
             objects,
             lead: Mutex::new(None),
@@ -66,6 +69,13 @@ impl Drivers {
             wake: Notify::new(),
             tasks: Mutex::new(tokio::task::JoinSet::new()),
         })
+    }
+
+    /// Makes the schedule loop read the time from `clock` (tests drive it).
+    pub fn set_schedule_clock(&self, clock: Arc<dyn crate::clock::Clock>) {
+        if let Ok(mut c) = self.schedule_clock.lock() {
+            *c = Some(clock);
+        }
     }
 
     /// How many runs this process drives now.
@@ -229,8 +239,14 @@ impl Drivers {
                 } else {
                     previous = None;
                 }
+                let clock = self
+                    .schedule_clock
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.clone())
+                    .unwrap_or_else(|| self.service.clock().clone());
                 let ticks = super::ticks::Ticks {
-                    service: Service::for_clients(fenced, self.service.clock().clone()),
+                    service: Service::for_clients(fenced, clock),
                     drivers: self.clone(),
                     cluster: self.cluster.clone(),
                     objects: self.objects.clone(),

@@ -74,6 +74,10 @@ impl Server {
             config.cluster.clone(),
             config.objects.clone(),
         );
+        // A test's clock for the schedule loop (documented as test-only).
+        if let Some(path) = std::env::var_os("SLUICE_SCHEDULE_CLOCK_FILE") {
+            drivers.set_schedule_clock(Arc::new(crate::clock::FileClock { path: path.into() }));
+        }
         Ok(Server {
             listener,
             config,

@@ -168,7 +168,9 @@ impl Service {
                 );
                 d = match spec::diagnostic::nearest(&s.pipeline, names.iter().map(String::as_str)) {
                     Some(n) => d.with_help(format!("did you mean '{n}'?")),
-                    None => d.with_help("apply the pipeline too: sluice apply -f PIPELINE_FILE -f SCHEDULE_FILE"),
+                    None => d.with_help(
+                        "apply the pipeline too: sluice apply -f PIPELINE_FILE -f SCHEDULE_FILE",
+                    ),
                 };
                 errors.push(d);
                 continue;

@@ -78,7 +78,13 @@ pub async fn apply(
         .collect();
     let result = state
         .service
-        .apply(&caller.principal, &caller.id, &files, body.prune, body.dry_run)
+        .apply(
+            &caller.principal,
+            &caller.id,
+            &files,
+            body.prune,
+            body.dry_run,
+        )
         .await
         .map_err(ApiError::from);
     if !body.dry_run {
@@ -141,7 +147,9 @@ pub async fn submit(
     .await;
     let target = result
         .as_ref()
-        .map_or(format!("pipeline {}", body.name), |s| format!("run {}", s.id()));
+        .map_or(format!("pipeline {}", body.name), |s| {
+            format!("run {}", s.id())
+        });
     super::runs::audit(&state, &caller, "submit", &target, &result).await;
     let submitted = result?;
     state.drivers.drive(submitted.id());
@@ -198,5 +206,7 @@ pub async fn status(
     let Path(p) = path?;
     let Query(q) = query?;
     let view = state.service.schedule(&caller.principal, &p.name).await?;
-    render(&view, q.format, |out| crate::cli::schedules::write_one(out, &view))
+    render(&view, q.format, |out| {
+        crate::cli::schedules::write_one(out, &view)
+    })
 }

@@ -95,7 +95,10 @@ async fn a_tick_starts_one_run_however_often_it_is_looked_at() {
     let (a, b) = tokio::join!(s.ticks.pass(), s.ticks.pass());
     a.expect("pass");
     b.expect("pass");
-    assert_eq!(fires(&s).await, [pair("2026-12-01T01:00:00.000Z", "started")]);
+    assert_eq!(
+        fires(&s).await,
+        [pair("2026-12-01T01:00:00.000Z", "started")]
+    );
     let f = s.store.fires("vision", "hourly").await.expect("fires");
     let run = s
         .store
@@ -105,7 +108,14 @@ async fn a_tick_starts_one_run_however_often_it_is_looked_at() {
     assert_eq!(run.schedule.as_deref(), Some("hourly"));
     assert_eq!(run.applied_version, Some(1));
     assert_eq!(run.params, r#"{"epochs":3}"#);
-    assert_eq!(s.store.runs(Some("vision"), None, 10).await.expect("runs").len(), 1);
+    assert_eq!(
+        s.store
+            .runs(Some("vision"), None, 10)
+            .await
+            .expect("runs")
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -150,7 +160,9 @@ async fn forbid_skips_a_tick_while_the_last_run_runs_and_replace_cancels_it() {
     let f = s.store.fires("vision", "hourly").await.expect("fires");
     assert_eq!(f[1].outcome, "skipped");
     assert!(
-        f[1].reason.as_deref().is_some_and(|r| r.contains("concurrency: forbid")),
+        f[1].reason
+            .as_deref()
+            .is_some_and(|r| r.contains("concurrency: forbid")),
         "{f:?}"
     );
 
@@ -186,10 +198,20 @@ async fn a_schedule_changed_by_apply_fires_from_its_next_tick_never_at_once() {
     let lines = s
         .ticks
         .service
-        .apply(&who, "test", &files("  cron: \"20 * * * *\"\n"), false, false)
+        .apply(
+            &who,
+            "test",
+            &files("  cron: \"20 * * * *\"\n"),
+            false,
+            false,
+        )
         .await
         .expect("applied");
-    assert!(lines.iter().any(|l| l.to_string() == "schedule/hourly configured"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.to_string() == "schedule/hourly configured")
+    );
     s.clock.set(t("2026-12-01T00:30:05Z"));
     s.ticks.pass().await.expect("pass");
     assert!(fires(&s).await.is_empty());
@@ -197,7 +219,10 @@ async fn a_schedule_changed_by_apply_fires_from_its_next_tick_never_at_once() {
     s.ticks.pass().await.expect("pass");
     let f = s.store.fires("vision", "hourly").await.expect("fires");
     assert_eq!(f.len(), 1);
-    assert_eq!((f[0].tick.as_str(), f[0].version), ("2026-12-01T01:20:00.000Z", 2));
+    assert_eq!(
+        (f[0].tick.as_str(), f[0].version),
+        ("2026-12-01T01:20:00.000Z", 2)
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,222 @@
+//! Schedules through a real server: `apply` (created, configured, unchanged, pruned, dry run,
+//! nothing applied when anything is invalid, another team untouched), and each tick run
+//! exactly once while the server is killed with SIGKILL at many moments around its ticks.
+//! The schedule loop's time comes from a file (`SLUICE_SCHEDULE_CLOCK_FILE`, test-only), so
+//! the test moves it through hours in seconds.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_e2e::server::{Server, token};
+use sluice_e2e::{Sandbox, wait_for};
+
+const PIPELINE: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: retrain}
+spec:
+  params:
+    epochs: {type: int, default: 1}
+  steps:
+    - name: train
+      run: echo "training for {{params.epochs}} epochs"
+"#;
+
+fn schedule(extra: &str) -> String {
+    format!(
+        "apiVersion: sluice.dev/v1\nkind: Schedule\nmetadata: {{name: hourly}}\nspec:\n  pipeline: retrain\n  cron: \"0 * * * *\"\n  params: {{epochs: 3}}\n{extra}"
+    )
+}
+
+#[test]
+fn apply_creates_configures_prunes_and_applies_nothing_when_anything_is_wrong() {
+    let sb = Sandbox::new("apply");
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    let (_, b) = token(&sb, "nlp", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    sb.write("conf/pipeline.yaml", PIPELINE);
+    sb.write("conf/schedule.yaml", &schedule(""));
+    sb.write("theirs.yaml", &PIPELINE.replace("retrain", "other"));
+    let out = server.cli(&sb, Some(&b), &["apply", "-f", "theirs.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "conf"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        "pipeline/retrain created\nschedule/hourly created\n"
+    );
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "conf"]);
+    assert_eq!(
+        out.stdout,
+        "pipeline/retrain unchanged\nschedule/hourly unchanged\n"
+    );
+    // A dry run says what would happen and changes nothing.
+    sb.write("conf/schedule.yaml", &schedule("  concurrency: forbid\n"));
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "conf", "--dry-run"]);
+    assert_eq!(
+        out.stdout,
+        "pipeline/retrain unchanged (dry run)\nschedule/hourly configured (dry run)\n"
+    );
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "conf"]);
+    assert_eq!(
+        out.stdout,
+        "pipeline/retrain unchanged\nschedule/hourly configured\n"
+    );
+    // Anything invalid: nothing applied, lint's diagnostics, exit 2.
+    sb.write(
+        "bad/pipeline.yaml",
+        &PIPELINE.replace("epochs: 1", "epochs: 2"),
+    );
+    sb.write(
+        "bad/schedule.yaml",
+        &schedule("").replace("0 * * * *", "61 * * * *"),
+    );
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "bad"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("bad/schedule.yaml:6:10: error: cron: minute 61"),
+        "{}",
+        out.stderr
+    );
+    let out = server.cli(&sb, Some(&a), &["schedules", "--output", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(v[0]["version"], 2, "the bad apply changed nothing: {v}");
+    // A schedule naming a pipeline that is not applied.
+    sb.write(
+        "lone.yaml",
+        &schedule("").replace("pipeline: retrain", "pipeline: retrian"),
+    );
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "lone.yaml"]);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr.contains(
+            "lone.yaml:5:13: error: schedule hourly: no pipeline or sweep named 'retrian'"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("did you mean 'retrain'?"),
+        "{}",
+        out.stderr
+    );
+    // Prune: the team's documents the paths no longer hold; another team's untouched.
+    let out = server.cli(
+        &sb,
+        Some(&a),
+        &["apply", "-f", "conf/pipeline.yaml", "--prune"],
+    );
+    assert_eq!(
+        out.stdout,
+        "pipeline/retrain unchanged\nschedule/hourly pruned\n"
+    );
+    let out = server.cli(&sb, Some(&b), &["apply", "-f", "theirs.yaml"]);
+    assert_eq!(out.stdout, "pipeline/other unchanged\n");
+    // A viewer applies nothing.
+    let (_, viewer) = token(&sb, "vision", "viewer", &[]);
+    let out = server.cli(&sb, Some(&viewer), &["apply", "-f", "conf"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+/// RFC 3339 UTC for a unix time in seconds (civil date from days, Howard Hinnant's way).
+fn rfc3339(secs: u64, millis: u32) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn set_clock(sb: &Sandbox, at: &str) {
+    let path = sb.path().join("clock");
+    let tmp = sb.path().join("clock.tmp");
+    std::fs::write(&tmp, at).expect("clock");
+    std::fs::rename(&tmp, &path).expect("clock");
+}
+
+#[test]
+fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
+    let sb = Sandbox::new("ticks-crash");
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    // The schedule is applied now (real time); the loop's time then moves through the next
+    // hours: the first tick is the next full hour.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let first = (now / 3600 + 1) * 3600;
+    set_clock(&sb, &rfc3339(now, 0));
+    let clock = sb.path().join("clock");
+    let env = [(
+        "SLUICE_SCHEDULE_CLOCK_FILE",
+        clock.to_str().expect("a path"),
+    )];
+    let mut server = Server::start_with(&sb, &[], &env);
+    server.wait_ready();
+    sb.write("p.yaml", PIPELINE);
+    sb.write("s.yaml", &schedule("  catchUp: all\n"));
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "p.yaml", "-f", "s.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // A fixed sequence of kill moments.
+    let mut seed: u64 = 0x71c4;
+    let mut next = |lo: u64, hi: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        lo + (seed >> 33) % (hi - lo)
+    };
+    let hours: u64 = 8;
+    for h in 1..=hours {
+        set_clock(&sb, &rfc3339(first + (h - 1) * 3600, 500));
+        std::thread::sleep(Duration::from_millis(next(0, 1500)));
+        server.kill();
+        server = Server::start_with(&sb, &[], &env);
+        server.wait_ready();
+    }
+    let fires = || -> Vec<Value> {
+        let a = server.call("GET", "/api/v1/schedules/hourly", Some(&a), None);
+        a.json()["fires"].as_array().cloned().unwrap_or_default()
+    };
+    let count = usize::try_from(hours).unwrap_or(0);
+    wait_for("every tick to be decided", || fires().len() == count);
+    let fires = fires();
+    let mut runs = Vec::new();
+    for (i, f) in fires.iter().enumerate() {
+        let expected = rfc3339(first + 3600 * u64::try_from(i).unwrap_or(0), 0);
+        assert_eq!(f["tick"], expected, "{fires:?}");
+        assert_eq!(f["outcome"], "started", "catchUp: all runs every tick: {f}");
+        runs.push(f["run"].as_str().expect("its run").to_owned());
+    }
+    runs.sort();
+    runs.dedup();
+    assert_eq!(runs.len(), count, "a run per tick");
+    // No other run exists: a tick never started two.
+    let listed = server
+        .call("GET", "/api/v1/runs?limit=0", Some(&a), None)
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(count), "{listed}");
+    for run in &runs {
+        wait_for("the run to end", || {
+            server
+                .call("GET", &format!("/api/v1/runs/{run}"), Some(&a), None)
+                .json()["state"]
+                != "Running"
+        });
+        let v = server
+            .call("GET", &format!("/api/v1/runs/{run}"), Some(&a), None)
+            .json();
+        assert_eq!(v["state"], "Succeeded", "{v}");
+    }
+}
