@@ -102,6 +102,11 @@ fn fill(template: &str, values: &[(&str, &str)]) -> String {
 fn body_for(method: &str, path: &str, team_a_source: &str) -> Option<Value> {
     match (method, path) {
         ("POST", "/api/v1/runs") => Some(json!({"source": team_a_source, "path": "p.yaml"})),
+        ("POST", "/api/v1/apply") => {
+            Some(json!({"files": [{"path": "p.yaml", "text": team_a_source}]}))
+        }
+        // Team A's applied pipeline, by name.
+        ("POST", "/api/v1/submit") => Some(json!({"name": "applied"})),
         ("POST", "/api/v1/tokens") => Some(json!({"team": "vision", "role": "admin"})),
         ("POST", _) => None,
         _ => None,
@@ -138,10 +143,23 @@ fn every_route_keeps_teams_apart_and_refuses_bad_tokens() {
         "metadata: {name: waiting}",
         "metadata: {name: waiting, team: vision}",
     );
+    // Team A has an applied pipeline and schedule too.
+    let applied = format!(
+        "{}---\napiVersion: sluice.dev/v1\nkind: Schedule\nmetadata: {{name: nightly}}\nspec:\n  pipeline: applied\n  cron: \"0 2 * * *\"\n",
+        WAITING.replace("metadata: {name: waiting}", "metadata: {name: applied}")
+    );
+    let got = server.call(
+        "POST",
+        "/api/v1/apply",
+        Some(&a),
+        Some(&json!({"files": [{"path": "applied.yaml", "text": applied}]})),
+    );
+    assert_eq!(got.status, 200, "{}", got.text());
     let values = [
         ("run", id.as_str()),
         ("step", "work"),
         ("id", a_id.as_str()),
+        ("name", "nightly"),
     ];
     let before = server
         .call("GET", &format!("/api/v1/runs/{id}"), Some(&a), None)
@@ -189,6 +207,14 @@ fn every_route_keeps_teams_apart_and_refuses_bad_tokens() {
                 got.json()["error"]["message"],
                 json!(format!("unknown run '{id}'")),
                 "{what}: the same words as for an id never used"
+            );
+        } else if template.contains("{name}") || template == "/api/v1/submit" {
+            // Team A's schedule or applied pipeline, named: it does not exist for team B.
+            assert_eq!(
+                status,
+                404,
+                "{what} as another team's member: {}",
+                got.text()
             );
         } else if method == "POST" {
             // Submitting team A's file with team B's token.

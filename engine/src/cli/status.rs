@@ -76,9 +76,16 @@ fn duration(a: &AttemptView, taken_at_ms: i64) -> String {
 
 /// Prints a run's steps as a table.
 pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
+    let mut origin = String::new();
+    if let Some(n) = v.version {
+        origin.push_str(&format!(", version {n}"));
+    }
+    if let Some(s) = &v.schedule {
+        origin.push_str(&format!(", schedule {s}"));
+    }
     writeln!(
         out,
-        "run {} ({}, team {}): {}",
+        "run {} ({}, team {}{origin}): {}",
         v.id, v.name, v.team, v.state
     )?;
     if let Some(reason) = &v.reason {

@@ -94,17 +94,14 @@ impl Service {
                 let mut meta = doc.metadata().clone();
                 if let Some(own) = who.bound_team() {
                     if meta.team != own && meta.team != "default" {
-                        errors.push(Diagnostic::error(
-                            &file.path,
-                            None,
-                            format!(
-                                "{} {}: metadata.team is '{}', but you act for team '{own}': drop metadata.team or make it '{own}'",
-                                kind.to_lowercase(),
-                                meta.name,
-                                meta.team
-                            ),
-                        ));
-                        continue;
+                        // Refused as a submission of another team's file is (403).
+                        return Err(Error::Forbidden(format!(
+                            "{}: {} {}: metadata.team is '{}', but you act for team '{own}': drop metadata.team or make it '{own}'",
+                            file.path,
+                            kind.to_lowercase(),
+                            meta.name,
+                            meta.team
+                        )));
                     }
                     meta.team = own.to_owned();
                 }

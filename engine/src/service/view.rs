@@ -27,6 +27,12 @@ pub struct RunView {
     pub ended_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The version of the applied pipeline it ran (`sluice submit NAME`, a schedule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+    /// The schedule that started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
     /// Running runs: the engine driving it, and whether it is alive (a run whose engine died
     /// stays Running until `sluice resume`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +92,8 @@ pub fn summary(run: &RunRow, taken_at: DateTime<Utc>) -> RunView {
         started_at: run.created_at.clone(),
         ended_at: run.ended_at.clone(),
         reason: run.reason.clone(),
+        version: run.applied_version,
+        schedule: run.schedule.clone(),
         engine: (run.state == rs::RUNNING).then(|| EngineView {
             holder: run.lease_owner.clone(),
             alive: crate::run::engine::gone(run).is_none(),
