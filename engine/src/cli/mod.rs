@@ -1,6 +1,6 @@
 //! The command line: clap definitions and dispatch, one file per command.
 
-mod delete;
+pub mod delete;
 mod exit;
 mod gc;
 pub mod home;

@@ -109,6 +109,19 @@ impl Ticks {
                 plan::Decision::Run => self.run(store, row, &s, fire).await?,
             }
         }
+        if let Some(keep) = s.keep_runs {
+            // The schedule's ended runs beyond the newest `keepRuns` are removed, as
+            // `sluice delete` removes a run (its files and objects, then its rows).
+            let ended = store.schedule_ended(&row.team, &row.name).await?;
+            for id in ended
+                .iter()
+                .skip(usize::try_from(keep).unwrap_or(usize::MAX))
+            {
+                if let Err(e) = crate::cli::delete::remove(store, id).await {
+                    tracing::warn!("schedule {}: cannot remove old run {id}: {e}", row.name);
+                }
+            }
+        }
         Ok(())
     }
 

@@ -237,3 +237,50 @@ async fn a_suspended_schedule_records_nothing() {
     s.ticks.pass().await.expect("pass");
     assert!(fires(&s).await.is_empty());
 }
+
+#[tokio::test]
+async fn keep_runs_removes_the_oldest_ended_runs() {
+    let s = setup(
+        "keep",
+        "  cron: \"0 * * * *\"\n  keepRuns: 2\n",
+        "2026-12-01T00:10:00Z",
+    )
+    .await;
+    for h in 1..=4 {
+        s.clock.set(t(&format!("2026-12-01T0{h}:00:01Z")));
+        s.ticks.pass().await.expect("pass");
+        // Each run ends before the next tick (nothing drives them here).
+        for f in s.store.fires("vision", "hourly").await.expect("fires") {
+            if let Some(id) = f.run_id
+                && s.store.run(&id).await.is_ok_and(|r| r.state == "Running")
+            {
+                s.store
+                    .commit(
+                        &id,
+                        crate::store::Change {
+                            run_end: Some(("Succeeded".into(), None)),
+                            ..crate::store::Change::default()
+                        },
+                    )
+                    .await
+                    .expect("end it");
+            }
+        }
+    }
+    s.clock.set(t("2026-12-01T04:30:00Z"));
+    s.ticks.pass().await.expect("pass");
+    let left: Vec<String> = s
+        .store
+        .runs(Some("vision"), None, 10)
+        .await
+        .expect("runs")
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let fires = s.store.fires("vision", "hourly").await.expect("fires");
+    let newest: Vec<String> = fires[2..].iter().filter_map(|f| f.run_id.clone()).collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    for id in newest {
+        assert!(left.contains(&id), "the newest two are kept: {left:?}");
+    }
+}
