@@ -220,3 +220,70 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
         assert_eq!(v["state"], "Succeeded", "{v}");
     }
 }
+
+#[test]
+fn two_servers_decide_each_tick_once_when_the_leader_is_killed_across_ticks() {
+    let sb = Sandbox::new("ticks-two");
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let first = (now / 3600 + 1) * 3600;
+    set_clock(&sb, &rfc3339(now, 0));
+    let clock = sb.path().join("clock");
+    let env = [(
+        "SLUICE_SCHEDULE_CLOCK_FILE",
+        clock.to_str().expect("a path"),
+    )];
+    let mut one = Server::start_with(&sb, &[], &env);
+    one.wait_ready();
+    let mut two = Server::start_with(&sb, &[], &env);
+    two.wait_ready();
+    sb.write("p.yaml", PIPELINE);
+    sb.write("s.yaml", &schedule("  catchUp: all\n"));
+    let out = one.cli(&sb, Some(&a), &["apply", "-f", "p.yaml", "-f", "s.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let leads = |s: &Server| {
+        sluice_e2e::http::request(&s.addr, "GET", "/metrics", None, None)
+            .is_ok_and(|r| r.text().lines().any(|l| l.trim() == "sluice_leader 1"))
+    };
+    let hours: u64 = 6;
+    for h in 1..=hours {
+        set_clock(&sb, &rfc3339(first + (h - 1) * 3600, 500));
+        // Kill whichever leads, around the tick; start it again as the other's standby.
+        std::thread::sleep(Duration::from_millis(100 * (h % 4)));
+        if leads(&one) {
+            one.kill();
+            one = Server::start_with(&sb, &[], &env);
+            one.wait_ready();
+        } else {
+            two.kill();
+            two = Server::start_with(&sb, &[], &env);
+            two.wait_ready();
+        }
+    }
+    let count = usize::try_from(hours).unwrap_or(0);
+    let fires = || -> Vec<Value> {
+        one.call("GET", "/api/v1/schedules/hourly", Some(&a), None)
+            .json()["fires"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_for("every tick to be decided", || fires().len() == count);
+    let fires = fires();
+    let mut runs: Vec<String> = fires
+        .iter()
+        .map(|f| {
+            assert_eq!(f["outcome"], "started", "{f}");
+            f["run"].as_str().expect("its run").to_owned()
+        })
+        .collect();
+    runs.sort();
+    runs.dedup();
+    assert_eq!(runs.len(), count);
+    let listed = two
+        .call("GET", "/api/v1/runs?limit=0", Some(&a), None)
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(count), "{listed}");
+}

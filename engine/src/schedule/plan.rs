@@ -182,11 +182,11 @@ mod tests {
     fn a_tick_past_its_starting_deadline_is_missed_not_run() {
         let rules = Rules {
             catch_up: CatchUp::All,
-            starting_deadline: Some(std::time::Duration::from_secs(3600)),
+            starting_deadline: Some(std::time::Duration::from_secs(2 * 3600)),
         };
         let due = hours("2026-12-01T01:00:00Z", 4);
         let now = t("2026-12-01T04:30:00Z");
-        // 01:00 and 02:00 are more than an hour late; 03:00 and 04:00 are not.
+        // 01:00 and 02:00 are more than two hours late; 03:00 and 04:00 are not.
         assert_eq!(
             runs(&decide(rules, &due, now)),
             ["2026-12-01T03:00:00.000Z", "2026-12-01T04:00:00.000Z"]
