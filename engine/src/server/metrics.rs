@@ -44,6 +44,12 @@ struct TeamPool {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeamOutcome {
+    team: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TeamPriority {
     team: String,
     priority: String,
@@ -65,6 +71,7 @@ pub struct Metrics {
     gpus: Family<TeamPool, Gauge>,
     attempts: Family<TeamState, Gauge>,
     queued: Family<TeamPriority, Gauge>,
+    fires: Family<TeamOutcome, Gauge>,
     oldest_wait: Family<TeamPriority, Gauge<f64, std::sync::atomic::AtomicU64>>,
     driven: Gauge,
     leader: Gauge,
@@ -98,6 +105,12 @@ impl Metrics {
         let leader = Gauge::default();
         let attempts = Family::<TeamState, Gauge>::default();
         let queued = Family::<TeamPriority, Gauge>::default();
+        let fires = Family::<TeamOutcome, Gauge>::default();
+        registry.register(
+            "schedule_fires",
+            "Ticks of schedules decided, by team and outcome (started, skipped, missed)",
+            fires.clone(),
+        );
         let oldest_wait =
             Family::<TeamPriority, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
@@ -155,6 +168,7 @@ impl Metrics {
             gpus,
             attempts,
             queued,
+            fires,
             oldest_wait,
             driven,
             leader,
@@ -216,6 +230,12 @@ impl Metrics {
                 for (team, state, n) in load.attempts {
                     self.attempts
                         .get_or_create(&TeamState { team, state })
+                        .set(n);
+                }
+                self.fires.clear();
+                for (team, outcome, n) in load.fires {
+                    self.fires
+                        .get_or_create(&TeamOutcome { team, outcome })
                         .set(n);
                 }
                 self.queued.clear();

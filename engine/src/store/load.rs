@@ -13,6 +13,8 @@ pub struct Load {
     /// (team, attempt state, how many attempts ever): admissions are all of them, outcomes
     /// by state (Succeeded, Failed, Timeout, Preempted, Lost, Cancelled, Running).
     pub attempts: Vec<(String, String, i64)>,
+    /// (team, outcome, how many ticks): the schedules' fires, `started`, `skipped`, `missed`.
+    pub fires: Vec<(String, String, i64)>,
     /// Cluster mode's queue: each waiting step's request (`run::cluster::Ask` as JSON: its
     /// team and priority) and when it started waiting (unix ms).
     pub waiting: Vec<(String, i64)>,
@@ -43,6 +45,15 @@ impl Store {
             let r = Reader::new(row, "a count of attempts");
             load.attempts
                 .push((r.get("team")?, r.get("state")?, r.get("n")?));
+        }
+        let rows = sqlx::query(
+            "SELECT team, outcome, COUNT(*) AS n FROM fires GROUP BY team, outcome ORDER BY team, outcome",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in &rows {
+            let r = Reader::new(row, "a count of fires");
+            load.fires.push((r.get("team")?, r.get("outcome")?, r.get("n")?));
         }
         let rows = sqlx::query("SELECT job, submitted FROM waiting")
             .fetch_all(&self.pool)
