@@ -157,3 +157,28 @@ async fn measure(State(state): State<AppState>, request: Request, next: Next) ->
     );
     response
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every operation of the document has an id of its own: OpenAPI requires it, and
+    /// clients generated from the document (and validators, schemathesis) name operations by it.
+    #[test]
+    fn operation_ids_are_unique() {
+        let (_, doc) = super::routes();
+        let doc = serde_json::to_value(&doc).expect("the document serializes");
+        let mut seen = std::collections::BTreeMap::new();
+        let paths = doc["paths"].as_object().expect("paths");
+        for (path, item) in paths {
+            for (method, op) in item.as_object().expect("operations") {
+                let id = op["operationId"]
+                    .as_str()
+                    .expect("an operationId")
+                    .to_owned();
+                if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
+                    panic!("operationId {id} names both {other} and {method} {path}");
+                }
+            }
+        }
+        assert!(seen.len() >= 10, "the document lists the API: {seen:?}");
+    }
+}

@@ -87,7 +87,7 @@ pub(super) fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Resp
 }
 
 /// Lists the token's team's runs, newest first.
-#[utoipa::path(get, path = "/api/v1/runs", tag = "runs", params(ListQuery),
+#[utoipa::path(get, path = "/api/v1/runs", tag = "runs", operation_id = "list_runs", params(ListQuery),
     responses((status = 200, description = "Runs as `sluice runs --output json` prints them (an array)"),
               (status = 400, description = "A filter that does not parse"),
               (status = 401, description = "No valid token")))]

@@ -69,7 +69,7 @@ pub struct TeamQuery {
 }
 
 /// The tokens, of one team or all (admins only).
-#[utoipa::path(get, path = "/api/v1/tokens", tag = "admin", params(TeamQuery),
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "admin", operation_id = "list_tokens", params(TeamQuery),
     responses((status = 200, description = "The tokens", body = Vec<TokenBody>),
               (status = 403, description = "Not an admin's token")))]
 pub async fn list(
