@@ -205,7 +205,9 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
     // The fires are counted in the metrics, by team and outcome.
     let metrics = server.call("GET", "/metrics", None, None).text();
     assert!(
-        metrics.lines().any(|l| l.starts_with("sluice_schedule_fires{team=\"vision\",outcome=\"started\"} 8")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sluice_schedule_fires{team=\"vision\",outcome=\"started\"} 8")),
         "{metrics}"
     );
     // No other run exists: a tick never started two.

@@ -53,7 +53,8 @@ impl Store {
         .await?;
         for row in &rows {
             let r = Reader::new(row, "a count of fires");
-            load.fires.push((r.get("team")?, r.get("outcome")?, r.get("n")?));
+            load.fires
+                .push((r.get("team")?, r.get("outcome")?, r.get("n")?));
         }
         let rows = sqlx::query("SELECT job, submitted FROM waiting")
             .fetch_all(&self.pool)
