@@ -22,38 +22,25 @@ impl Service {
                 Err(e) => Err(e.into()),
             };
         };
-        // A team's runs, newest first. (A store query scoped to the team would spare reading
-        // them all; see the store's `resolve`.)
-        let runs = self.store.runs(Some(team), None, i64::MAX).await?;
+        // Looked up in the store within the team (not by reading the team's runs: a status
+        // would cost what the team has ever run).
         let home = self.in_home();
         if let Some(name) = reference.strip_suffix("@latest") {
-            return runs
-                .iter()
-                .find(|r| name.is_empty() || r.name == name)
-                .map(|r| r.id.clone())
-                .ok_or_else(|| {
-                    Error::NotFound(if name.is_empty() {
-                        format!("no runs yet{home}")
-                    } else {
-                        format!("no run of a pipeline or sweep named '{name}'{home}")
-                    })
-                });
+            return self.store.latest_in_team(team, name).await?.ok_or_else(|| {
+                Error::NotFound(if name.is_empty() {
+                    format!("no runs yet{home}")
+                } else {
+                    format!("no run of a pipeline or sweep named '{name}'{home}")
+                })
+            });
         }
-        if let Some(exact) = runs.iter().find(|r| r.id == reference) {
-            return Ok(exact.id.clone());
-        }
-        let mut ids: Vec<&str> = runs
-            .iter()
-            .map(|r| r.id.as_str())
-            .filter(|id| id.starts_with(reference))
-            .collect();
-        ids.sort_unstable();
+        let ids = self.store.ids_in_team(team, reference).await?;
         match ids.as_slice() {
-            [one] => Ok((*one).to_owned()),
+            [one] => Ok(one.clone()),
             [] => Err(self.unknown_run(reference)),
             many => Err(Error::NotFound(format!(
                 "'{reference}' is ambiguous: it starts {} and more; give more of the id",
-                many.iter().take(3).copied().collect::<Vec<_>>().join(", ")
+                many.join(", ")
             ))),
         }
     }

@@ -37,6 +37,40 @@ impl Store {
 
     /// The one run `reference` names: its id, an unambiguous prefix of it, `@latest` (the
     /// newest run) or `NAME@latest` (the newest run of that pipeline or sweep).
+    /// The newest run of `team` (of the pipeline or sweep `name`, unless empty).
+    pub async fn latest_in_team(&self, team: &str, name: &str) -> Result<Option<String>, Error> {
+        let row = sqlx::query(
+            "SELECT id FROM runs WHERE team = $1 AND ($2 = '' OR name = $3) ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .bind(team)
+        .bind(name)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Reader::new(&r, "a run id").at(0)).transpose()
+    }
+
+    /// The ids of `team`'s runs that are `prefix` or start with it: the exact one first if
+    /// there is one, else at most three in order.
+    pub async fn ids_in_team(&self, team: &str, prefix: &str) -> Result<Vec<String>, Error> {
+        let exact = sqlx::query("SELECT id FROM runs WHERE team = $1 AND id = $2")
+            .bind(team)
+            .bind(prefix)
+            .fetch_optional(&self.pool)
+            .await?;
+        if let Some(r) = exact {
+            return Ok(vec![Reader::new(&r, "a run id").at(0)?]);
+        }
+        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
+        let rows =
+            sqlx::query("SELECT id FROM runs WHERE team = $1 AND id LIKE $2 ORDER BY id LIMIT 3")
+                .bind(team)
+                .bind(pattern)
+                .fetch_all(&self.pool)
+                .await?;
+        column(&rows, "a run id")
+    }
+
     pub async fn resolve(&self, reference: &str) -> Result<String, Error> {
         if let Some(name) = reference.strip_suffix("@latest") {
             let row = sqlx::query(

@@ -147,7 +147,7 @@ pub struct SubmittedBody {
 }
 
 /// Submits a run of the token's team; the server starts driving it at once.
-#[utoipa::path(post, path = "/api/v1/runs", tag = "runs", request_body = SubmitBody,
+#[utoipa::path(post, path = "/api/v1/runs", operation_id = "submit_run", tag = "runs", request_body = SubmitBody,
     responses((status = 201, description = "The run was recorded", body = SubmittedBody),
               (status = 400, description = "The file is not valid: lint's diagnostics"),
               (status = 403, description = "A viewer's token, or a file of another team"),
@@ -245,7 +245,7 @@ pub(super) async fn audit<T>(
 }
 
 /// A run with its steps, attempts and (sweeps) trials.
-#[utoipa::path(get, path = "/api/v1/runs/{run}", tag = "runs", params(RunPath, FormatQuery),
+#[utoipa::path(get, path = "/api/v1/runs/{run}", operation_id = "run_status", tag = "runs", params(RunPath, FormatQuery),
     responses((status = 200, description = "The run as `sluice status --output json` prints it"),
               (status = 404, description = "No such run for this token's team")))]
 pub async fn status(
@@ -310,7 +310,7 @@ impl Sink for Channel {
 /// A run's logs as chunked text (`sluice logs` prints the same bytes); with `follow=true`,
 /// streamed until the step or run has ended. Remarks (`step 'x' has not started yet`) that
 /// come before the first line are in the `sluice-note` header.
-#[utoipa::path(get, path = "/api/v1/runs/{run}/logs", tag = "runs", params(RunPath, LogsQuery),
+#[utoipa::path(get, path = "/api/v1/runs/{run}/logs", operation_id = "run_logs", tag = "runs", params(RunPath, LogsQuery),
     responses((status = 200, description = "The log lines", content_type = "text/plain"),
               (status = 404, description = "No such run or step for this token's team")))]
 pub async fn logs(
@@ -400,7 +400,7 @@ pub struct StateBody {
 
 /// Asks the server to cancel a run: its steps get SIGTERM, then the grace period. An ended
 /// run is 409 with the state in the way.
-#[utoipa::path(post, path = "/api/v1/runs/{run}/cancel", tag = "runs", params(RunPath),
+#[utoipa::path(post, path = "/api/v1/runs/{run}/cancel", operation_id = "cancel_run", tag = "runs", params(RunPath),
     responses((status = 202, description = "The cancellation is recorded", body = StateBody),
               (status = 403, description = "A viewer's token"),
               (status = 404, description = "No such run for this token's team"),
@@ -439,7 +439,7 @@ pub struct RetriedBody {
 }
 
 /// Reruns what failed or was cancelled in an ended run; the server drives it again.
-#[utoipa::path(post, path = "/api/v1/runs/{run}/retry", tag = "runs", params(RunPath),
+#[utoipa::path(post, path = "/api/v1/runs/{run}/retry", operation_id = "retry_run", tag = "runs", params(RunPath),
     responses((status = 200, description = "The steps reopened", body = RetriedBody),
               (status = 403, description = "A viewer's token"),
               (status = 404, description = "No such run for this token's team"),
@@ -474,7 +474,7 @@ pub async fn retry(
 
 /// Continues a run whose engine died; the server adopts such runs by itself within a second,
 /// so this only makes it sooner.
-#[utoipa::path(post, path = "/api/v1/runs/{run}/resume", tag = "runs", params(RunPath),
+#[utoipa::path(post, path = "/api/v1/runs/{run}/resume", operation_id = "resume_run", tag = "runs", params(RunPath),
     responses((status = 200, description = "The run's state", body = StateBody),
               (status = 403, description = "A viewer's token"),
               (status = 404, description = "No such run for this token's team")))]
@@ -515,7 +515,7 @@ pub struct PreemptedBody {
 }
 
 /// Preempts a running step as the scheduler would: it resumes from its checkpoint.
-#[utoipa::path(post, path = "/api/v1/runs/{run}/steps/{step}/preempt", tag = "runs", params(StepPath),
+#[utoipa::path(post, path = "/api/v1/runs/{run}/steps/{step}/preempt", operation_id = "preempt_step", tag = "runs", params(StepPath),
     responses((status = 202, description = "The preemption is recorded", body = PreemptedBody),
               (status = 403, description = "A viewer's token"),
               (status = 404, description = "No such run or step for this token's team"),

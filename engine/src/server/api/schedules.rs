@@ -53,7 +53,7 @@ pub struct AppliedBody {
 
 /// Applies Pipeline, Sweep and Schedule documents for the token's team, as `kubectl apply`:
 /// every document validated first; if any is invalid nothing is applied (400).
-#[utoipa::path(post, path = "/api/v1/apply", tag = "schedules", request_body = ApplyBody,
+#[utoipa::path(post, path = "/api/v1/apply", operation_id = "apply_documents", tag = "schedules", request_body = ApplyBody,
     responses((status = 200, description = "What was done to each document", body = AppliedBody),
               (status = 400, description = "Documents with errors: lint's diagnostics; nothing applied"),
               (status = 403, description = "A viewer's token")))]
@@ -126,7 +126,7 @@ pub struct SubmitNamedBody {
 }
 
 /// Runs an applied pipeline or sweep by name (`sluice submit NAME`).
-#[utoipa::path(post, path = "/api/v1/submit", tag = "schedules", request_body = SubmitNamedBody,
+#[utoipa::path(post, path = "/api/v1/submit", operation_id = "submit_applied", tag = "schedules", request_body = SubmitNamedBody,
     responses((status = 201, description = "The run was recorded", body = super::runs::SubmittedBody),
               (status = 404, description = "No such applied pipeline for this token's team")))]
 pub async fn submit(
@@ -172,7 +172,7 @@ fn render<T: Serialize>(
 }
 
 /// The token's team's schedules with their last and next fires.
-#[utoipa::path(get, path = "/api/v1/schedules", tag = "schedules", params(FormatQuery),
+#[utoipa::path(get, path = "/api/v1/schedules", operation_id = "list_schedules", tag = "schedules", params(FormatQuery),
     responses((status = 200, description = "The schedules, as `sluice schedules --output json` prints them")))]
 pub async fn list(
     State(state): State<AppState>,
@@ -194,7 +194,7 @@ pub struct SchedulePath {
 }
 
 /// One schedule with every fire: its scheduled time, outcome, run and why.
-#[utoipa::path(get, path = "/api/v1/schedules/{name}", tag = "schedules", params(SchedulePath, FormatQuery),
+#[utoipa::path(get, path = "/api/v1/schedules/{name}", operation_id = "schedule_status", tag = "schedules", params(SchedulePath, FormatQuery),
     responses((status = 200, description = "The schedule, as `sluice status SCHEDULE --output json` prints it"),
               (status = 404, description = "No such schedule for this token's team")))]
 pub async fn status(

@@ -107,7 +107,7 @@ pub struct CreatedBody {
 }
 
 /// Makes a token (admins only); its text is in this answer and nowhere else.
-#[utoipa::path(post, path = "/api/v1/tokens", tag = "admin", request_body = CreateBody,
+#[utoipa::path(post, path = "/api/v1/tokens", operation_id = "create_token", tag = "admin", request_body = CreateBody,
     responses((status = 201, description = "The token", body = CreatedBody),
               (status = 400, description = "An unknown role, a bad expiry"),
               (status = 403, description = "Not an admin's token")))]
@@ -165,7 +165,7 @@ pub struct TokenPath {
 }
 
 /// Revokes a token (admins only): the next request with it gets 401.
-#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "admin", params(TokenPath),
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", operation_id = "revoke_token", tag = "admin", params(TokenPath),
     responses((status = 200, description = "The token, revoked", body = TokenBody),
               (status = 403, description = "Not an admin's token"),
               (status = 404, description = "No such token")))]

@@ -29,7 +29,7 @@ pub struct UsageQuery {
 }
 
 /// Usage per group with a total: `{"rows": [...], "total": {...}}`, or the CLI's table.
-#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", params(UsageQuery),
+#[utoipa::path(get, path = "/api/v1/usage", operation_id = "usage", tag = "usage", params(UsageQuery),
     responses((status = 200, description = "Usage as `sluice usage --output json` prints it"),
               (status = 400, description = "A bad date or grouping key")))]
 pub async fn usage(
