@@ -9,6 +9,7 @@
 # Needs python3 (a venv with schemathesis is made once in target/schemathesis-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 EXAMPLES=${EXAMPLES:-200}
 SEED=${SEED:-1515}
 VENV=$(realpath -m "${VENV:-target/schemathesis-venv}")
@@ -74,4 +75,11 @@ if grep -q 'panicked' "$WORK/server.log"; then
     echo "the server panicked:"; grep -A5 panicked "$WORK/server.log"; status=1
 fi
 kill -0 $SERVER || { echo "the server died"; status=1; }
+if [ "$status" -ne 0 ]; then
+    # The folder goes at exit: the server's log is kept where it can be read.
+    mkdir -p "$ROOT/bench/out"
+    cp "$WORK/server.log" "$ROOT/bench/out/fuzz_api-server.log"
+    echo "the server's log: bench/out/fuzz_api-server.log; its end:"
+    tail -40 "$WORK/server.log"
+fi
 exit $status
