@@ -193,18 +193,115 @@ impl Store {
             .collect())
     }
 
-    /// The document of `team` named `name` in force, of one of `kinds`.
+    /// The document of `team` named `name` in force, of one of `kinds` (the first of
+    /// `kinds` that has one).
     pub async fn applied_named(
         &self,
         team: &str,
         kinds: &[&str],
         name: &str,
     ) -> Result<Option<AppliedRow>, Error> {
-        Ok(self
-            .applied(Some(team))
-            .await?
-            .into_iter()
-            .find(|r| r.name == name && kinds.contains(&r.kind.as_str())))
+        for kind in kinds {
+            let row = sqlx::query(
+                "SELECT * FROM applied WHERE team = $1 AND kind = $2 AND name = $3 ORDER BY version DESC LIMIT 1",
+            )
+            .bind(team)
+            .bind(kind)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(row) = row.as_ref().map(applied_row).transpose()?
+                && row.pruned_at.is_none()
+            {
+                return Ok(Some(row));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One version of a document, as it was applied.
+    pub async fn applied_version(
+        &self,
+        team: &str,
+        kind: &str,
+        name: &str,
+        version: i64,
+    ) -> Result<Option<AppliedRow>, Error> {
+        let row = sqlx::query(
+            "SELECT * FROM applied WHERE team = $1 AND kind = $2 AND name = $3 AND version = $4",
+        )
+        .bind(team)
+        .bind(kind)
+        .bind(name)
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(applied_row).transpose()
+    }
+
+    /// What changes whenever a document of `kind` is applied or pruned: the counts of its
+    /// versions and of its pruned versions. Versions are only added and `pruned_at` only set,
+    /// so any apply or prune changes one of them; the schedule loop reads this each second and
+    /// the list of versions only when it changed.
+    pub async fn applied_generation(&self, kind: &str) -> Result<(i64, i64), Error> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS versions, COUNT(pruned_at) AS pruned FROM applied WHERE kind = $1",
+        )
+        .bind(kind)
+        .fetch_one(&self.pool)
+        .await?;
+        let r = Reader::new(&row, "the applied documents' counts");
+        Ok((r.get("versions")?, r.get("pruned")?))
+    }
+
+    /// The (team, name, version) of every document of `kind` in force, without their text:
+    /// what the schedule loop reads each second to see what `apply` changed.
+    pub async fn applied_versions(&self, kind: &str) -> Result<Vec<(String, String, i64)>, Error> {
+        let rows = sqlx::query(
+            "SELECT a.team, a.name, a.version, a.pruned_at FROM applied a WHERE a.kind = $1 \
+             AND a.version = (SELECT MAX(b.version) FROM applied b WHERE b.team = a.team AND b.kind = a.kind AND b.name = a.name)",
+        )
+        .bind(kind)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let r = Reader::new(row, "an applied document");
+            if r.get::<Option<String>>("pruned_at")?.is_none() {
+                out.push((r.get("team")?, r.get("name")?, r.get("version")?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest decided tick of every schedule that has one, by (team, schedule).
+    pub async fn last_ticks(&self) -> Result<Vec<(String, String, String)>, Error> {
+        let rows = sqlx::query(
+            "SELECT team, schedule, MAX(tick) AS tick FROM fires GROUP BY team, schedule",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let r = Reader::new(row, "a schedule's last fire");
+                Ok((r.get("team")?, r.get("schedule")?, r.get("tick")?))
+            })
+            .collect()
+    }
+
+    /// How many ended runs each schedule has, by (team, schedule), for `keepRuns`.
+    pub async fn schedules_ended(&self) -> Result<Vec<(String, String, i64)>, Error> {
+        let rows = sqlx::query(
+            "SELECT team, schedule, COUNT(*) AS n FROM runs WHERE schedule IS NOT NULL AND state IN ('Succeeded', 'Failed', 'Cancelled') GROUP BY team, schedule",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let r = Reader::new(row, "a schedule's ended runs");
+                Ok((r.get("team")?, r.get("schedule")?, r.get("n")?))
+            })
+            .collect()
     }
 
     /// Decides one tick: records `fire` and, when it starts one, `run` (refused, with
