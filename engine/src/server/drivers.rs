@@ -3,7 +3,8 @@
 //! reopened by `retry` or `resume`, runs of a server that died or stopped, of a `sluice run`
 //! whose process was killed) are adopted by a pass over the store every
 //! [`ADOPT_EVERY`]. Each run is driven by its own `run::Driver` task; all of them share the
-//! process's schedulers, so one scheduler decides for every run of a Cluster.
+//! process's schedulers, so one scheduler decides for every run of a Cluster. While it leads,
+//! this loop also keeps the schedule loop (`ticks`) running, one per lead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -207,6 +208,8 @@ impl Drivers {
     ) {
         let mut previous: Option<String> = None;
         let mut handled: Option<Elected> = None;
+        // The schedule loop of the current lead: its way to be stopped, and its task.
+        let mut ticks: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> = None;
         loop {
             if *stop.borrow() {
                 break;
@@ -215,13 +218,16 @@ impl Drivers {
             // handled here, on the next turn).
             let now = lead.borrow_and_update().clone();
             if now != handled {
+                stop_ticks(ticks.take()).await;
                 match &now {
                     Some(e) => {
+                        let fenced = self.service.store().fenced(e.epoch);
                         if let Ok(mut l) = self.lead.lock() {
-                            *l = Some(self.service.store().fenced(e.epoch));
+                            *l = Some(fenced.clone());
                         }
                         self.metrics.set_leader(true);
                         previous.clone_from(&e.previous);
+                        ticks = Some(self.start_ticks(fenced));
                     }
                     None => {
                         if let Ok(mut l) = self.lead.lock() {
@@ -233,26 +239,11 @@ impl Drivers {
                 }
                 handled = now;
             }
-            if let Some(fenced) = self.leading() {
+            if self.leading().is_some() {
                 if let Err(e) = self.adopt(previous.as_deref()).await {
                     tracing::warn!("cannot look for runs to drive: {e}");
                 } else {
                     previous = None;
-                }
-                let clock = self
-                    .schedule_clock
-                    .lock()
-                    .ok()
-                    .and_then(|c| c.clone())
-                    .unwrap_or_else(|| self.service.clock().clone());
-                let ticks = super::ticks::Ticks {
-                    service: Service::for_clients(fenced, clock),
-                    drivers: self.clone(),
-                    cluster: self.cluster.clone(),
-                    objects: self.objects.clone(),
-                };
-                if let Err(e) = ticks.pass().await {
-                    tracing::warn!("cannot decide the schedules' ticks: {e}");
                 }
             }
             tokio::select! {
@@ -262,10 +253,33 @@ impl Drivers {
                 () = tokio::time::sleep(ADOPT_EVERY) => {}
             }
         }
+        stop_ticks(ticks.take()).await;
         if let Ok(mut l) = self.lead.lock() {
             *l = None;
         }
         self.detach_all().await;
+    }
+
+    /// Starts the schedule loop of a new lead, with an empty cache: it starts from what the
+    /// store says, writing through the lead's fenced store.
+    fn start_ticks(
+        self: &Arc<Self>,
+        fenced: Store,
+    ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+        let clock = self
+            .schedule_clock
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .unwrap_or_else(|| self.service.clock().clone());
+        let ticks = super::ticks::Ticks::new(
+            Service::for_clients(fenced, clock),
+            self.clone(),
+            self.cluster.clone(),
+            self.objects.clone(),
+        );
+        let (tx, rx) = watch::channel(false);
+        (tx, tokio::spawn(ticks.run(rx)))
     }
 
     /// Tells every driver to stop driving and leave its steps running, and waits for them.
@@ -280,5 +294,15 @@ impl Drivers {
             Err(_) => return,
         };
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Stops a schedule loop and waits for its pass to end.
+async fn stop_ticks(ticks: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>) {
+    if let Some((tx, task)) = ticks {
+        let _ = tx.send(true);
+        if let Err(e) = task.await {
+            tracing::warn!("the schedule loop ended badly: {e}");
+        }
     }
 }

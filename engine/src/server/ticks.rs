@@ -1,4 +1,5 @@
-//! The schedule loop of the leader: every second, each applied schedule's due ticks are
+//! The schedule loop of the leader, a task of its own per lead: at each schedule's next tick
+//! (and at least every second, to see what `apply` changed), each applied schedule's due ticks are
 //! decided (`schedule::plan`) and recorded, a tick's run in the same transaction as its record
 //! (`Service::submit_fire`), so that a tick is decided once whatever crashes or second servers
 //! happen. It writes through the leader's fenced store: a leader that was cut off records
@@ -8,10 +9,12 @@
 //! version was applied: a schedule changed by `apply` fires from its next tick on, never at
 //! once, and a new schedule fires nothing from before it existed.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 
 use super::drivers::Drivers;
 use crate::schedule::{cron, plan};
@@ -19,8 +22,16 @@ use crate::service::{self, Principal, Service};
 use crate::spec::model::{Concurrency, Schedule};
 use crate::store::{AppliedRow, FireRow, Store};
 
-/// What the loop needs beside the store.
-#[derive(Clone, Debug)]
+/// The loop of one leader. It keeps each applied schedule parsed, with the last tick it has
+/// decided, between passes: a pass reads only the schedules' versions (to see what `apply`
+/// changed) and touches a schedule only when a tick of it is due, so 10,000 schedules cost a
+/// pass one small query (`bench/schedule_scale.py`). The runs a pass starts are handed to
+/// the drivers once the pass has recorded its fires.
+///
+/// The cache is this leader's: a new leader starts with an empty one and reads the last
+/// decided ticks from the store. A stale cache (a second loop, a leader cut off) can only
+/// try to decide a tick again, which the fires' key refuses.
+#[derive(Debug)]
 pub struct Ticks {
     /// The service over the leader's fenced store.
     pub service: Service,
@@ -28,60 +39,268 @@ pub struct Ticks {
     /// The server's Cluster file and object store, as for runs submitted through the API.
     pub cluster: Option<PathBuf>,
     pub objects: Option<String>,
+    state: tokio::sync::Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    schedules: HashMap<(String, String), Entry>,
+    /// What one pass gathers.
+    work: Work,
+    /// When the schedules' old runs were last removed (`keepRuns`).
+    swept: Option<DateTime<Utc>>,
+    /// The applied schedules' generation (`Store::applied_generation`) the cache is of.
+    generation: Option<(i64, i64)>,
+}
+
+/// One applied schedule as the loop keeps it.
+#[derive(Debug)]
+struct Entry {
+    row: AppliedRow,
+    /// Parsed once per version; why not, when its text no longer reads (said once).
+    parsed: Result<Parsed, String>,
+    /// The last decided tick, or the time its version was applied: ticks after it are due
+    /// once passed. None until read from the store.
+    after: Option<DateTime<Utc>>,
+}
+
+/// What one pass gathers, emptied at its end.
+#[derive(Debug, Default)]
+struct Work {
+    /// Runs started by this pass, driven once its fires are recorded (so their drivers do
+    /// not compete with the pass for the store's write lock).
+    started: Vec<String>,
+    /// The applied pipelines the pass's fires run, by (team, name): read once per pass, as
+    /// 100 schedules of one pipeline firing together would read it 100 times.
+    pipelines: HashMap<(String, String), Option<AppliedRow>>,
+}
+
+#[derive(Debug)]
+struct Parsed {
+    schedule: Schedule,
+    expr: cron::Expr,
+    tz: Tz,
+    applied: DateTime<Utc>,
+}
+
+impl Parsed {
+    fn new(row: &AppliedRow) -> Result<Parsed, String> {
+        let Some(schedule) = service::schedules::schedule_of(row) else {
+            return Err(format!(
+                "its applied text (version {}) no longer reads as a Schedule",
+                row.version
+            ));
+        };
+        let expr = cron::parse(&schedule.cron).map_err(|e| e.to_string())?;
+        let tz = cron::zone(&schedule.timezone).map_err(|(m, _)| m)?;
+        let applied = crate::time::parse(&row.applied_at).map_err(|e| e.to_string())?;
+        Ok(Parsed {
+            schedule,
+            expr,
+            tz,
+            applied,
+        })
+    }
 }
 
 /// The most ticks of one schedule decided in one pass (a schedule every minute down for a
 /// week is 10,080: decided over several passes).
 const TICKS_PER_PASS: usize = 1_000;
 
+/// The longest the loop sleeps between passes.
+const MOST_ASLEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the schedules' ended runs beyond `keepRuns` are removed.
+const SWEEP_EVERY: chrono::Duration = chrono::Duration::seconds(60);
+
 impl Ticks {
-    /// Decides every schedule's due ticks once.
-    pub async fn pass(&self) -> Result<(), service::Error> {
+    pub fn new(
+        service: Service,
+        drivers: Arc<Drivers>,
+        cluster: Option<PathBuf>,
+        objects: Option<String>,
+    ) -> Ticks {
+        Ticks {
+            service,
+            drivers,
+            cluster,
+            objects,
+            state: tokio::sync::Mutex::new(State::default()),
+        }
+    }
+
+    /// Decides every schedule's due ticks once, and returns the earliest tick still to come
+    /// (None when no schedule has one), so that the loop wakes for it.
+    pub async fn pass(&self) -> Result<Option<DateTime<Utc>>, service::Error> {
+        let mut guard = self.state.lock().await;
+        let state = &mut *guard;
         let store = self.service.store().clone();
         let now = self.service.clock().now();
-        for row in store.applied(None).await? {
-            if row.kind != "Schedule" {
+        self.refresh(&store, state).await?;
+        let mut next_due: Option<DateTime<Utc>> = None;
+        let mut failed = None;
+        for entry in state.schedules.values_mut() {
+            let Ok(p) = &entry.parsed else { continue };
+            if p.schedule.suspend {
                 continue;
             }
-            if let Err(e) = self.schedule(&store, &row, now).await {
-                tracing::warn!("schedule {} of team {}: {e}", row.name, row.team);
+            let Some(after) = entry.after else { continue };
+            match p.expr.next_after(p.tz, after) {
+                Some(next) if next <= now => {}
+                Some(next) => {
+                    next_due = Some(next_due.map_or(next, |n| n.min(next)));
+                    continue;
+                }
+                None => continue,
+            }
+            match self
+                .schedule(&store, &entry.row, p, after, now, &mut state.work)
+                .await
+            {
+                Ok(decided) => {
+                    entry.after = Some(decided);
+                    if let Some(next) = p.expr.next_after(p.tz, decided) {
+                        next_due = Some(next_due.map_or(next, |n| n.min(next)));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "schedule {} of team {}: {e}",
+                        entry.row.name,
+                        entry.row.team
+                    );
+                    // Read again from the store on the next pass.
+                    entry.after = None;
+                    failed = Some(e);
+                }
+            }
+        }
+        let work = std::mem::take(&mut state.work);
+        for id in &work.started {
+            self.drivers.drive(id);
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if state.swept.is_none_or(|t| now - t >= SWEEP_EVERY) {
+            self.sweep(&store, state).await?;
+            state.swept = Some(now);
+        }
+        Ok(next_due)
+    }
+
+    /// Runs passes until `stop` turns true: at each schedule's next tick, and at least every
+    /// [`MOST_ASLEEP`] (to see what `apply` changed, or a clock a test moved).
+    pub async fn run(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let wait = match self.pass().await {
+                Ok(Some(next)) => (next - self.service.clock().now())
+                    .to_std()
+                    .unwrap_or_default()
+                    .min(MOST_ASLEEP),
+                Ok(None) => MOST_ASLEEP,
+                Err(e) => {
+                    tracing::warn!("cannot decide the schedules' ticks: {e}");
+                    MOST_ASLEEP
+                }
+            };
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Brings the cache up to what is applied: new and changed schedules parsed, pruned ones
+    /// dropped, and the last decided tick read for those that lack it.
+    async fn refresh(&self, store: &Store, state: &mut State) -> Result<(), service::Error> {
+        let generation = store.applied_generation("Schedule").await?;
+        if state.generation != Some(generation) {
+            self.relist(store, state).await?;
+            state.generation = Some(generation);
+        }
+        self.read_ticks(store, state).await
+    }
+
+    /// Reads the applied schedules' versions: new and changed ones parsed, pruned ones dropped.
+    async fn relist(&self, store: &Store, state: &mut State) -> Result<(), service::Error> {
+        let listed = store.applied_versions("Schedule").await?;
+        let mut keep = std::collections::HashSet::with_capacity(listed.len());
+        for (team, name, version) in listed {
+            let key = (team, name);
+            let fresh = state
+                .schedules
+                .get(&key)
+                .is_some_and(|e| e.row.version == version);
+            if !fresh
+                && let Some(row) = store
+                    .applied_version(&key.0, "Schedule", &key.1, version)
+                    .await?
+            {
+                let parsed = Parsed::new(&row);
+                if let Err(e) = &parsed {
+                    tracing::warn!("schedule {} of team {}: {e}", row.name, row.team);
+                }
+                state.schedules.insert(
+                    key.clone(),
+                    Entry {
+                        row,
+                        parsed,
+                        after: None,
+                    },
+                );
+            }
+            keep.insert(key);
+        }
+        state.schedules.retain(|k, _| keep.contains(k));
+        Ok(())
+    }
+
+    /// Reads the last decided tick of the schedules that lack it (new, changed, or whose
+    /// last pass failed).
+    async fn read_ticks(&self, store: &Store, state: &mut State) -> Result<(), service::Error> {
+        if state.schedules.values().any(|e| e.after.is_none()) {
+            let last: HashMap<(String, String), String> = store
+                .last_ticks()
+                .await?
+                .into_iter()
+                .map(|(team, schedule, tick)| ((team, schedule), tick))
+                .collect();
+            for (key, entry) in &mut state.schedules {
+                let Ok(p) = &entry.parsed else { continue };
+                if entry.after.is_some() {
+                    continue;
+                }
+                let tick = match last.get(key) {
+                    Some(t) => Some(
+                        crate::time::parse(t)
+                            .map_err(|e| service::Error::invalid(e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                entry.after = Some(tick.map_or(p.applied, |t| t.max(p.applied)));
             }
         }
         Ok(())
     }
 
+    /// Decides the ticks of one schedule due after `after`, and returns the last one decided.
     async fn schedule(
         &self,
         store: &Store,
         row: &AppliedRow,
+        p: &Parsed,
+        after: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<(), service::Error> {
-        let Some(s) = service::schedules::schedule_of(row) else {
-            return Err(service::Error::invalid(format!(
-                "its applied text (version {}) no longer reads as a Schedule",
-                row.version
-            )));
-        };
-        if s.suspend {
-            return Ok(());
-        }
-        let expr = cron::parse(&s.cron).map_err(|e| service::Error::invalid(e.to_string()))?;
-        let tz = cron::zone(&s.timezone).map_err(|(m, _)| service::Error::invalid(m))?;
-        let applied = crate::time::parse(&row.applied_at)
-            .map_err(|e| service::Error::invalid(e.to_string()))?;
-        let last = store.last_fire(&row.team, &row.name).await?;
-        let last_tick = match &last {
-            Some(f) => Some(
-                crate::time::parse(&f.tick).map_err(|e| service::Error::invalid(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let from = last_tick.map_or(applied, |t| t.max(applied));
-        let due = expr.fires_between(tz, from, now, TICKS_PER_PASS);
+        work: &mut Work,
+    ) -> Result<DateTime<Utc>, service::Error> {
+        let s = &p.schedule;
+        let due = p.expr.fires_between(p.tz, after, now, TICKS_PER_PASS);
         let rules = plan::Rules {
             catch_up: s.catch_up,
             starting_deadline: s.starting_deadline,
         };
+        let mut decided = after;
         for (tick, decision) in plan::decide(rules, &due, now) {
             let fire = FireRow {
                 team: row.team.clone(),
@@ -106,33 +325,53 @@ impl Ticks {
                         )
                         .await?;
                 }
-                plan::Decision::Run => self.run(store, row, &s, fire).await?,
+                plan::Decision::Run => {
+                    if let Some(id) = self.start(store, row, s, fire, &mut work.pipelines).await? {
+                        work.started.push(id);
+                    }
+                }
             }
+            decided = decided.max(tick);
         }
-        if let Some(keep) = s.keep_runs {
-            // The schedule's ended runs beyond the newest `keepRuns` are removed, as
-            // `sluice delete` removes a run (its files and objects, then its rows).
-            let ended = store.schedule_ended(&row.team, &row.name).await?;
-            for id in ended
-                .iter()
-                .skip(usize::try_from(keep).unwrap_or(usize::MAX))
-            {
+        Ok(decided)
+    }
+
+    /// Removes each schedule's ended runs beyond its newest `keepRuns`, as `sluice delete`
+    /// removes a run (its files and objects, then its rows).
+    async fn sweep(&self, store: &Store, state: &State) -> Result<(), service::Error> {
+        for (team, name, ended) in store.schedules_ended().await? {
+            let Some(Ok(p)) = state
+                .schedules
+                .get(&(team.clone(), name.clone()))
+                .map(|e| &e.parsed)
+            else {
+                continue;
+            };
+            let Some(keep) = p.schedule.keep_runs else {
+                continue;
+            };
+            if ended <= i64::try_from(keep).unwrap_or(i64::MAX) {
+                continue;
+            }
+            let ids = store.schedule_ended(&team, &name).await?;
+            for id in ids.iter().skip(usize::try_from(keep).unwrap_or(usize::MAX)) {
                 if let Err(e) = crate::cli::delete::remove(store, id).await {
-                    tracing::warn!("schedule {}: cannot remove old run {id}: {e}", row.name);
+                    tracing::warn!("schedule {name}: cannot remove old run {id}: {e}");
                 }
             }
         }
         Ok(())
     }
 
-    /// Starts the run of one tick, as its concurrency allows.
-    async fn run(
+    /// Records the run of one tick, as its concurrency allows, and returns its id.
+    async fn start(
         &self,
         store: &Store,
         row: &AppliedRow,
         s: &Schedule,
         fire: FireRow,
-    ) -> Result<(), service::Error> {
+        pipelines: &mut HashMap<(String, String), Option<AppliedRow>>,
+    ) -> Result<Option<String>, service::Error> {
         let running = store.schedule_running(&row.team, &row.name).await?;
         if !running.is_empty() {
             match s.concurrency {
@@ -150,7 +389,7 @@ impl Ticks {
                             None,
                         )
                         .await?;
-                    return Ok(());
+                    return Ok(None);
                 }
                 Concurrency::Replace => {
                     // Cancelled as `cancel` does; the new run starts at once.
@@ -162,9 +401,17 @@ impl Ticks {
             }
         }
         let who = Principal::new(row.team.clone(), service::Role::Member);
-        let pipeline = store
-            .applied_named(&row.team, &["Pipeline", "Sweep"], &s.pipeline)
-            .await?;
+        let key = (row.team.clone(), s.pipeline.clone());
+        let pipeline = match pipelines.get(&key) {
+            Some(p) => p.clone(),
+            None => {
+                let p = store
+                    .applied_named(&row.team, &["Pipeline", "Sweep"], &s.pipeline)
+                    .await?;
+                pipelines.insert(key, p.clone());
+                p
+            }
+        };
         let Some(pipeline) = pipeline else {
             store
                 .fire(
@@ -179,7 +426,7 @@ impl Ticks {
                     None,
                 )
                 .await?;
-            return Ok(());
+            return Ok(None);
         };
         let request = service::Request {
             shown: pipeline.path.clone(),
@@ -212,7 +459,7 @@ impl Ticks {
                     fire.tick,
                     submitted.id
                 );
-                self.drivers.drive(&submitted.id);
+                return Ok(Some(submitted.id));
             }
             Ok(None) => {}
             // The run cannot be made (its pipeline no longer checks, the team's queue is
@@ -231,7 +478,7 @@ impl Ticks {
             }
             Err(e) => return Err(e),
         }
-        Ok(())
+        Ok(None)
     }
 }
 

@@ -56,12 +56,7 @@ async fn setup(tag: &str, schedule: &str, applied_at: &str) -> Setup {
     let metrics = Arc::new(crate::server::metrics::Metrics::new());
     let drivers = Drivers::new(service.clone(), metrics, None, None);
     Setup {
-        ticks: Ticks {
-            service,
-            drivers,
-            cluster: None,
-            objects: None,
-        },
+        ticks: Ticks::new(service, drivers, None, None),
         clock,
         store,
         home,
@@ -88,13 +83,17 @@ async fn a_tick_starts_one_run_however_often_it_is_looked_at() {
     s.ticks.pass().await.expect("pass");
     assert!(fires(&s).await.is_empty(), "nothing is due before 01:00");
     s.clock.set(t("2026-12-01T01:00:00.400Z"));
+    // Two more loops, each with its own cache, deciding the same tick at once (a second
+    // server that believes it leads): still once.
+    let other = || Ticks::new(s.ticks.service.clone(), s.ticks.drivers.clone(), None, None);
+    let (a, b) = (other(), other());
+    let (a, b, c) = tokio::join!(a.pass(), b.pass(), s.ticks.pass());
+    a.expect("pass");
+    b.expect("pass");
+    c.expect("pass");
     for _ in 0..3 {
         s.ticks.pass().await.expect("pass");
     }
-    // Two loops at once (a second server that believes it leads): still once.
-    let (a, b) = tokio::join!(s.ticks.pass(), s.ticks.pass());
-    a.expect("pass");
-    b.expect("pass");
     assert_eq!(
         fires(&s).await,
         [pair("2026-12-01T01:00:00.000Z", "started")]
