@@ -348,6 +348,7 @@ async fn submit_local(
         request.text,
         &request.workdir,
         &args,
+        request.applied_version,
         format,
     )
     .await

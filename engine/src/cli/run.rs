@@ -62,17 +62,20 @@ pub async fn run(home: &Path, args: &RunArgs, format: Format) -> Result<Outcome,
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
-    start(home, &shown, text, &workdir, args, format).await
+    start(home, &shown, text, &workdir, args, None, format).await
 }
 
 /// Validates a pipeline or sweep (`text`, read from `shown`), records the run through the
 /// service and drives it (or leaves it to a background engine with `--detach`).
+/// `applied_version` is the applied document's version the text is (`sluice submit NAME`),
+/// which the run records and `status` shows.
 pub async fn start(
     home: &Path,
     shown: &str,
     text: String,
     workdir: &Path,
     args: &RunArgs,
+    applied_version: Option<i64>,
     format: Format,
 ) -> Result<Outcome, Error> {
     if let Some(c) = super::remote::server() {
@@ -87,7 +90,7 @@ pub async fn start(
         name: args.name.clone(),
         cluster: args.cluster.clone(),
         objects: args.objects.clone(),
-        applied_version: None,
+        applied_version,
         schedule: None,
     };
     let mut warn = |d: &[crate::spec::Diagnostic]| output::diagnostics(d);

@@ -121,7 +121,7 @@ pub async fn sweep(home: &Path, args: &SweepArgs, format: Format) -> Result<Outc
                 context: "cannot find the current folder".into(),
                 source: e,
             })?;
-            start(home, form::SHOWN, text, &workdir, &run_args, format).await
+            start(home, form::SHOWN, text, &workdir, &run_args, None, format).await
         }
     }
 }
