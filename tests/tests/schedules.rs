@@ -1,6 +1,7 @@
 //! Schedules through a real server: `apply` (created, configured, unchanged, pruned, dry run,
 //! nothing applied when anything is invalid, another team untouched), and each tick run
-//! exactly once while the server is killed with SIGKILL at many moments around its ticks.
+//! exactly once while the server is killed with SIGKILL at many moments around its ticks, and
+//! `concurrency: replace` stopping the old run's steps as `cancel` does.
 //! The schedule loop's time comes from a file (`SLUICE_SCHEDULE_CLOCK_FILE`, test-only), so
 //! the test moves it through hours in seconds.
 
@@ -294,4 +295,141 @@ fn two_servers_decide_each_tick_once_when_the_leader_is_killed_across_ticks() {
         .call("GET", "/api/v1/runs?limit=0", Some(&a), None)
         .json();
     assert_eq!(listed.as_array().map(Vec::len), Some(count), "{listed}");
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X'))
+    })
+}
+
+fn pids(path: &std::path::Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn replace_cancels_the_running_run_and_stops_its_steps_before_the_next_tick_runs() {
+    let sb = Sandbox::new("ticks-replace");
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let first = (now / 3600 + 1) * 3600;
+    set_clock(&sb, &rfc3339(now, 0));
+    let clock = sb.path().join("clock");
+    let env = [(
+        "SLUICE_SCHEDULE_CLOCK_FILE",
+        clock.to_str().expect("a path"),
+    )];
+    let server = Server::start_with(&sb, &[], &env);
+    server.wait_ready();
+    // `train` records its shell's pid and its child's, then waits for the child: a run that
+    // outlives the hour.
+    let record = sb.path().join("train.pid");
+    let record = record.to_str().expect("a path");
+    sb.write(
+        "p.yaml",
+        &format!(
+            "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: retrain}}\nspec:\n  params:\n    epochs: {{type: int, default: 1}}\n  steps:\n    - name: train\n      run: echo $$ >> {record}; sleep 300 & echo $! >> {record}; wait\n"
+        ),
+    );
+    sb.write("s.yaml", &schedule("  concurrency: replace\n"));
+    let out = server.cli(&sb, Some(&a), &["apply", "-f", "p.yaml", "-f", "s.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let fires = || -> Vec<Value> {
+        server
+            .call("GET", "/api/v1/schedules/hourly", Some(&a), None)
+            .json()["fires"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let state = |id: &str| {
+        server
+            .call("GET", &format!("/api/v1/runs/{id}"), Some(&a), None)
+            .json()
+    };
+
+    set_clock(&sb, &rfc3339(first, 500));
+    wait_for("the first tick's run", || fires().len() == 1);
+    let old = fires()[0]["run"].as_str().expect("a run").to_owned();
+    wait_for("its step to start its program and child", || {
+        pids(std::path::Path::new(record)).len() == 2
+    });
+    let old_procs = pids(std::path::Path::new(record));
+    assert!(old_procs.iter().all(|&p| alive(p)), "{old_procs:?} run");
+
+    set_clock(&sb, &rfc3339(first + 3600, 500));
+    wait_for("the second tick's run", || fires().len() == 2);
+    let second = &fires()[1];
+    assert_eq!(second["outcome"], "started", "{second}");
+    let new = second["run"].as_str().expect("a run").to_owned();
+    assert_ne!(new, old);
+    // The old run ends Cancelled, as `sluice cancel` ends it: its step cancelled, and both
+    // of its processes gone.
+    wait_for("the old run to end", || state(&old)["state"] != "Running");
+    let v = state(&old);
+    assert_eq!(v["state"], "Cancelled", "{v}");
+    let steps = v["steps"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !steps.is_empty() && steps.iter().all(|s| s["state"] == "Cancelled"),
+        "every step of the replaced run is cancelled: {v}"
+    );
+    wait_for("the old run's processes to be gone", || {
+        old_procs.iter().all(|&p| !alive(p))
+    });
+    // The new run is the one running now.
+    wait_for("the new run's step to start", || {
+        pids(std::path::Path::new(record)).len() == 4
+    });
+    assert_eq!(state(&new)["state"], "Running");
+    let out = server.call(
+        "POST",
+        &format!("/api/v1/runs/{new}/cancel"),
+        Some(&a),
+        None,
+    );
+    assert!(out.status < 300, "{}", out.text());
+    wait_for("the new run to be cancelled", || {
+        state(&new)["state"] == "Cancelled"
+    });
+}
+
+#[test]
+fn submit_on_a_home_runs_the_applied_pipeline_and_records_its_version() {
+    let sb = Sandbox::new("submit-local");
+    sb.write("p.yaml", PIPELINE);
+    let out = sb.run(&["apply", "-f", "p.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // A second version, which `submit` runs: the file is then changed without applying it.
+    sb.write("p.yaml", &PIPELINE.replace("default: 1", "default: 2"));
+    let out = sb.run(&["apply", "-f", "p.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    sb.write("p.yaml", &PIPELINE.replace("default: 1", "default: 7"));
+    let out = sb.run(&["submit", "retrain"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let id = sb.last_run();
+    let status = sb.status(&id);
+    assert_eq!(status["state"], "Succeeded", "{status}");
+    assert_eq!(
+        status["version"], 2,
+        "the run records the version it ran: {status}"
+    );
+    let logs = sb.run(&["logs", &id, "train"]);
+    assert!(
+        logs.stdout.contains("training for 2 epochs"),
+        "the applied text ran, not the file: {}",
+        logs.stdout
+    );
+    // A name nothing applied is a clear error.
+    let out = sb.run(&["submit", "nightly"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("sluice apply -f"), "{}", out.stderr);
 }
