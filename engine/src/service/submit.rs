@@ -77,11 +77,37 @@ impl Checked {
 }
 
 /// A `--cluster` file, read and validated.
+#[derive(Debug)]
 struct Cluster {
     shown: String,
     text: String,
     spec: ClusterSpec,
     loaded: spec::Loaded,
+}
+
+/// A tick of a schedule decided and not yet recorded: its fire and, when it starts one, the
+/// run's rows ([`Service::decide_fire`], [`Service::record_fires`]).
+#[derive(Debug)]
+pub struct Decided {
+    pub fire: crate::store::FireRow,
+    run: Option<Prepared>,
+}
+
+impl Decided {
+    /// A tick that starts nothing (missed or skipped, its reason in `fire`).
+    pub fn record(fire: crate::store::FireRow) -> Decided {
+        Decided { fire, run: None }
+    }
+}
+
+/// A checked run's rows, ready to be recorded.
+#[derive(Debug)]
+struct Prepared {
+    run: crate::store::NewRun,
+    max_queued: Option<u64>,
+    cluster: Option<Cluster>,
+    team: String,
+    name: String,
 }
 
 /// A recorded run.
@@ -299,6 +325,64 @@ impl Service {
         self.record_run(who, checked, &mut quiet, Some(fire)).await
     }
 
+    /// Decides a schedule's tick that starts a run: the run's rows made (as `submit` makes
+    /// them), to be recorded with `fire` by [`Service::record_fires`].
+    pub async fn decide_fire(
+        &self,
+        who: &Principal,
+        checked: Checked,
+        mut fire: crate::store::FireRow,
+    ) -> Result<Decided, Error> {
+        let mut quiet = |_: &[Diagnostic]| {};
+        let run = self.prepare_run(who, checked, &mut quiet).await?;
+        fire.run_id = Some(run.run.id.clone());
+        Ok(Decided {
+            fire,
+            run: Some(run),
+        })
+    }
+
+    /// Records decided ticks in one transaction, and returns the ids of the runs recorded
+    /// (a tick decided already, by this server before a crash or by another, records
+    /// nothing). When a run is refused past its team's `maxQueued`, the ticks are recorded
+    /// one by one and that tick as skipped, saying why.
+    pub async fn record_fires(&self, decided: &[Decided]) -> Result<Vec<String>, Error> {
+        let batch: Vec<_> = decided
+            .iter()
+            .map(|d| (&d.fire, d.run.as_ref().map(|r| (&r.run, r.max_queued))))
+            .collect();
+        let written = match self.store.fires_at_once(&batch).await {
+            Ok(written) => written,
+            Err(crate::store::Error::QueueFull { .. }) => {
+                let mut written = Vec::with_capacity(batch.len());
+                for (fire, run) in batch {
+                    match self.store.fire(fire, run).await {
+                        Ok(done) => written.push(done),
+                        Err(e @ crate::store::Error::QueueFull { .. }) => {
+                            let skipped = crate::store::FireRow {
+                                outcome: "skipped".into(),
+                                run_id: None,
+                                reason: Some(format!("run refused: {e}")),
+                                ..fire.clone()
+                            };
+                            self.store.fire(&skipped, None).await?;
+                            written.push(false);
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                written
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(decided
+            .iter()
+            .zip(written)
+            .filter(|(_, w)| *w)
+            .filter_map(|(d, _)| d.run.as_ref().map(|r| r.run.id.clone()))
+            .collect())
+    }
+
     async fn record_run(
         &self,
         who: &Principal,
@@ -306,6 +390,49 @@ impl Service {
         warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
         fire: Option<crate::store::FireRow>,
     ) -> Result<Option<Submitted>, Error> {
+        let Prepared {
+            run,
+            max_queued,
+            cluster,
+            team,
+            name,
+        } = self.prepare_run(who, checked, warn).await?;
+        let submitted = match fire {
+            None => self
+                .store
+                .create_run(&run, max_queued)
+                .await
+                .map(|()| Some(run.id.clone())),
+            Some(mut fire) => {
+                fire.run_id = Some(run.id.clone());
+                self.store
+                    .fire(&fire, Some((&run, max_queued)))
+                    .await
+                    .map(|done| done.then(|| run.id.clone()))
+            }
+        };
+        let id = match (submitted, &cluster) {
+            (Ok(Some(id)), _) => id,
+            (Ok(None), _) => return Ok(None),
+            (Err(e @ crate::store::Error::QueueFull { .. }), Some(c)) => {
+                let pos = max_queued_pos(&c.loaded, &team);
+                let d = Diagnostic::error(&c.shown, pos, format!("run refused: {e}"))
+                    .with_help("wait for queued steps to start or end, cancel runs with `sluice cancel RUN`, or raise the team's maxQueued");
+                // Said at the Cluster's setting that refuses it, as a diagnostic.
+                return Err(Error::diagnostics(format!("run refused: {e}"), vec![d]));
+            }
+            (Err(e), _) => return Err(e.into()),
+        };
+        Ok(Some(Submitted { id, name }))
+    }
+
+    /// A checked run's rows, its object store resolved (and S3 reached).
+    async fn prepare_run(
+        &self,
+        who: &Principal,
+        checked: Checked,
+        warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
+    ) -> Result<Prepared, Error> {
         who.check_role("submit runs")?;
         if who
             .bound_team()
@@ -360,36 +487,13 @@ impl Service {
                 schedule: request.schedule.clone(),
             },
         );
-        let submitted = match fire {
-            None => self
-                .store
-                .create_run(&run, max_queued)
-                .await
-                .map(|()| Some(run.id.clone())),
-            Some(mut fire) => {
-                fire.run_id = Some(run.id.clone());
-                self.store
-                    .fire(&fire, Some((&run, max_queued)))
-                    .await
-                    .map(|done| done.then(|| run.id.clone()))
-            }
-        };
-        let id = match (submitted, &cluster) {
-            (Ok(Some(id)), _) => id,
-            (Ok(None), _) => return Ok(None),
-            (Err(e @ crate::store::Error::QueueFull { .. }), Some(c)) => {
-                let pos = max_queued_pos(&c.loaded, &team);
-                let d = Diagnostic::error(&c.shown, pos, format!("run refused: {e}"))
-                    .with_help("wait for queued steps to start or end, cancel runs with `sluice cancel RUN`, or raise the team's maxQueued");
-                // Said at the Cluster's setting that refuses it, as a diagnostic.
-                return Err(Error::diagnostics(format!("run refused: {e}"), vec![d]));
-            }
-            (Err(e), _) => return Err(e.into()),
-        };
-        Ok(Some(Submitted {
-            id,
+        Ok(Prepared {
+            run,
+            max_queued,
+            cluster,
+            team,
             name: pipeline.metadata.name,
-        }))
+        })
     }
 
     /// The run's object store URL: the request's, else the Cluster file's `objects`, else

@@ -9,6 +9,9 @@ use super::read::Reader;
 use super::runs::insert_run;
 use super::{Error, Lock, NewRun, Store};
 
+/// The run a fire starts, with its team's `maxQueued`.
+pub type RunOfFire<'a> = (&'a NewRun, Option<u64>);
+
 /// One version of an applied document.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppliedRow {
@@ -307,33 +310,43 @@ impl Store {
     /// Decides one tick: records `fire` and, when it starts one, `run` (refused, with
     /// nothing written, past `max_queued`), in one transaction. False when the tick was
     /// decided already (by this server before a crash, or by another).
-    pub async fn fire(
+    pub async fn fire(&self, fire: &FireRow, run: Option<RunOfFire<'_>>) -> Result<bool, Error> {
+        let done = self.fires_at_once(&[(fire, run)]).await?;
+        Ok(done.first().copied().unwrap_or(false))
+    }
+
+    /// Decides several ticks in one transaction, as [`Store::fire`] decides one: the schedule
+    /// loop records a minute's thousand fires without taking the write lock a thousand times.
+    /// For each, whether it was written (false: decided already). All or nothing: one run
+    /// refused past its `max_queued` writes none of them.
+    pub async fn fires_at_once(
         &self,
-        fire: &FireRow,
-        run: Option<(&NewRun, Option<u64>)>,
-    ) -> Result<bool, Error> {
+        fires: &[(&FireRow, Option<RunOfFire<'_>>)],
+    ) -> Result<Vec<bool>, Error> {
         let mut tx = self.write(Lock::Room).await?;
-        let done = sqlx::query(
-            "INSERT INTO fires (team, schedule, tick, outcome, run_id, reason, version, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (team, schedule, tick) DO NOTHING",
-        )
-        .bind(&fire.team)
-        .bind(&fire.schedule)
-        .bind(&fire.tick)
-        .bind(&fire.outcome)
-        .bind(&fire.run_id)
-        .bind(&fire.reason)
-        .bind(fire.version)
-        .bind(&fire.recorded_at)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        if let Some((run, max_queued)) = run {
-            insert_run(&mut tx, run, max_queued).await?;
+        let mut written = Vec::with_capacity(fires.len());
+        for (fire, run) in fires {
+            let done = sqlx::query(
+                "INSERT INTO fires (team, schedule, tick, outcome, run_id, reason, version, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (team, schedule, tick) DO NOTHING",
+            )
+            .bind(&fire.team)
+            .bind(&fire.schedule)
+            .bind(&fire.tick)
+            .bind(&fire.outcome)
+            .bind(&fire.run_id)
+            .bind(&fire.reason)
+            .bind(fire.version)
+            .bind(&fire.recorded_at)
+            .execute(&mut *tx)
+            .await?;
+            let done = done.rows_affected() > 0;
+            if done && let Some((run, max_queued)) = run {
+                insert_run(&mut tx, run, *max_queued).await?;
+            }
+            written.push(done);
         }
         tx.commit().await?;
-        Ok(true)
+        Ok(written)
     }
 
     /// The fires of a schedule, oldest first.

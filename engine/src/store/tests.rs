@@ -1203,6 +1203,57 @@ conformance!(
 );
 
 conformance!(
+    ticks_decided_at_once_write_what_is_new_and_nothing_when_a_run_is_refused,
+    |store, backend| {
+        let fire = |schedule: &str, run: &str| FireRow {
+            team: "vision".into(),
+            schedule: schedule.into(),
+            tick: "2026-12-01T02:00:00.000Z".into(),
+            outcome: "started".into(),
+            run_id: Some(run.into()),
+            reason: None,
+            version: 1,
+            recorded_at: "2026-12-01T02:00:00.100Z".into(),
+        };
+        let run = |id: &str, schedule: &str| {
+            let mut r = new_run(id, "retrain", "vision", &["a"]);
+            r.schedule = Some(schedule.into());
+            r
+        };
+        let (a, b) = (run("ra", "a"), run("rb", "b"));
+        assert!(
+            store
+                .fire(&fire("a", "ra"), Some((&a, None)))
+                .await
+                .expect("fire")
+        );
+        // `a`'s tick was decided already (a restarted server deciding again): only `b`'s is
+        // written, with its run.
+        let (fa, fb) = (fire("a", "ra2"), fire("b", "rb"));
+        let a2 = run("ra2", "a");
+        let written = store
+            .fires_at_once(&[(&fa, Some((&a2, None))), (&fb, Some((&b, None)))])
+            .await
+            .expect("fires");
+        assert_eq!(written, [false, true], "{backend}");
+        assert!(matches!(store.run("ra2").await, Err(Error::NotFound(_))));
+        assert!(store.run("rb").await.is_ok());
+        // A run refused past its team's queue writes none of the batch.
+        let (fc, fd) = (fire("c", "rc"), fire("d", "rd"));
+        let (c, d) = (run("rc", "c"), run("rd", "d"));
+        let refused = store
+            .fires_at_once(&[(&fc, Some((&c, None))), (&fd, Some((&d, Some(0))))])
+            .await;
+        assert!(
+            matches!(refused, Err(Error::QueueFull { .. })),
+            "{refused:?}"
+        );
+        assert!(store.fires("vision", "c").await.expect("fires").is_empty());
+        assert!(matches!(store.run("rc").await, Err(Error::NotFound(_))));
+    }
+);
+
+conformance!(
     a_tick_is_decided_once_with_its_run_or_not_at_all,
     |store, backend| {
         let fire = |tick: &str, run: Option<&str>| FireRow {
