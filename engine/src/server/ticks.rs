@@ -18,6 +18,7 @@ use chrono_tz::Tz;
 
 use super::drivers::Drivers;
 use crate::schedule::{cron, plan};
+use crate::service::submit::Decided;
 use crate::service::{self, Principal, Service};
 use crate::spec::model::{Concurrency, Schedule};
 use crate::store::{AppliedRow, FireRow, Store};
@@ -47,8 +48,10 @@ struct State {
     schedules: HashMap<(String, String), Entry>,
     /// What one pass gathers.
     work: Work,
-    /// When the schedules' old runs were last removed (`keepRuns`).
+    /// When the schedules' old runs were last looked for (`keepRuns`), and the task removing
+    /// them: a minute's thousand removals must not hold up the next tick.
     swept: Option<DateTime<Utc>>,
+    sweeping: Option<tokio::task::JoinHandle<()>>,
     /// The applied schedules' generation (`Store::applied_generation`) the cache is of.
     generation: Option<(i64, i64)>,
 }
@@ -67,6 +70,8 @@ struct Entry {
 /// What one pass gathers, emptied at its end.
 #[derive(Debug, Default)]
 struct Work {
+    /// Ticks decided and not yet recorded.
+    decided: Vec<Decided>,
     /// Runs started by this pass, driven once its fires are recorded (so their drivers do
     /// not compete with the pass for the store's write lock).
     started: Vec<String>,
@@ -106,6 +111,11 @@ impl Parsed {
 /// The most ticks of one schedule decided in one pass (a schedule every minute down for a
 /// week is 10,080: decided over several passes).
 const TICKS_PER_PASS: usize = 1_000;
+
+/// The most decided ticks recorded in one transaction: a minute's thousand fires take the
+/// store's write lock five times, not a thousand, while the runs of the minute before are
+/// still being driven.
+const BATCH: usize = 200;
 
 /// The longest the loop sleeps between passes.
 const MOST_ASLEEP: std::time::Duration = std::time::Duration::from_secs(1);
@@ -175,18 +185,48 @@ impl Ticks {
                 }
             }
         }
+        if failed.is_none()
+            && let Err(e) = self.flush(&mut state.work).await
+        {
+            failed = Some(e);
+        }
         let work = std::mem::take(&mut state.work);
         for id in &work.started {
             self.drivers.drive(id);
         }
         if let Some(e) = failed {
+            // Decisions not recorded are dropped, and every schedule's last decided tick is
+            // read again from the store: what was recorded stands, the rest is decided again.
+            for entry in state.schedules.values_mut() {
+                entry.after = None;
+            }
             return Err(e);
         }
-        if state.swept.is_none_or(|t| now - t >= SWEEP_EVERY) {
-            self.sweep(&store, state).await?;
+        let idle = state.sweeping.as_ref().is_none_or(|t| t.is_finished());
+        if idle && state.swept.is_none_or(|t| now - t >= SWEEP_EVERY) {
+            let keep: HashMap<(String, String), u64> = state
+                .schedules
+                .iter()
+                .filter_map(|(k, e)| {
+                    let keep = e.parsed.as_ref().ok()?.schedule.keep_runs?;
+                    Some((k.clone(), keep))
+                })
+                .collect();
+            state.sweeping = Some(tokio::spawn(sweep(store, keep)));
             state.swept = Some(now);
         }
         Ok(next_due)
+    }
+
+    /// Waits for the removal of old runs that a pass started, if any (tests, and a loop that
+    /// stops).
+    pub async fn swept(&self) {
+        let task = self.state.lock().await.sweeping.take();
+        if let Some(task) = task
+            && let Err(e) = task.await
+        {
+            tracing::warn!("removing the schedules' old runs ended badly: {e}");
+        }
     }
 
     /// Runs passes until `stop` turns true: at each schedule's next tick, and at least every
@@ -209,6 +249,7 @@ impl Ticks {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+        self.swept().await;
     }
 
     /// Brings the cache up to what is applied: new and changed schedules parsed, pruned ones
@@ -285,6 +326,7 @@ impl Ticks {
     }
 
     /// Decides the ticks of one schedule due after `after`, and returns the last one decided.
+    /// The decisions join the pass's batch, recorded at [`BATCH`] and at the pass's end.
     async fn schedule(
         &self,
         store: &Store,
@@ -301,6 +343,7 @@ impl Ticks {
             starting_deadline: s.starting_deadline,
         };
         let mut decided = after;
+        let mut started_one = false;
         for (tick, decision) in plan::decide(rules, &due, now) {
             let fire = FireRow {
                 team: row.team.clone(),
@@ -314,56 +357,57 @@ impl Ticks {
             };
             match decision {
                 plan::Decision::Missed(why) => {
-                    store
-                        .fire(
-                            &FireRow {
-                                outcome: "missed".into(),
-                                reason: Some(why),
-                                ..fire
-                            },
-                            None,
-                        )
-                        .await?;
+                    work.decided.push(Decided::record(FireRow {
+                        outcome: "missed".into(),
+                        reason: Some(why),
+                        ..fire
+                    }));
                 }
                 plan::Decision::Run => {
-                    if let Some(id) = self.start(store, row, s, fire, &mut work.pipelines).await? {
-                        work.started.push(id);
+                    // A later tick of the same pass (catch-up) sees the run of an earlier one
+                    // as running, as its concurrency needs: recorded first.
+                    if started_one {
+                        self.flush(work).await?;
                     }
+                    let d = self.start(store, row, s, fire, &mut work.pipelines).await?;
+                    started_one = d.fire.run_id.is_some();
+                    work.decided.push(d);
                 }
             }
             decided = decided.max(tick);
         }
+        if work.decided.len() >= BATCH {
+            self.flush(work).await?;
+        }
         Ok(decided)
     }
 
-    /// Removes each schedule's ended runs beyond its newest `keepRuns`, as `sluice delete`
-    /// removes a run (its files and objects, then its rows).
-    async fn sweep(&self, store: &Store, state: &State) -> Result<(), service::Error> {
-        for (team, name, ended) in store.schedules_ended().await? {
-            let Some(Ok(p)) = state
-                .schedules
-                .get(&(team.clone(), name.clone()))
-                .map(|e| &e.parsed)
-            else {
-                continue;
-            };
-            let Some(keep) = p.schedule.keep_runs else {
-                continue;
-            };
-            if ended <= i64::try_from(keep).unwrap_or(i64::MAX) {
-                continue;
-            }
-            let ids = store.schedule_ended(&team, &name).await?;
-            for id in ids.iter().skip(usize::try_from(keep).unwrap_or(usize::MAX)) {
-                if let Err(e) = crate::cli::delete::remove(store, id).await {
-                    tracing::warn!("schedule {name}: cannot remove old run {id}: {e}");
-                }
+    /// Records the pass's decided ticks in one transaction; the runs they start are driven at
+    /// the pass's end.
+    async fn flush(&self, work: &mut Work) -> Result<(), service::Error> {
+        if work.decided.is_empty() {
+            return Ok(());
+        }
+        let decided = std::mem::take(&mut work.decided);
+        let started = self.service.record_fires(&decided).await?;
+        for d in &decided {
+            if let Some(id) = &d.fire.run_id
+                && started.contains(id)
+            {
+                tracing::info!(
+                    "schedule {} of team {}: tick {} started run {id}",
+                    d.fire.schedule,
+                    d.fire.team,
+                    d.fire.tick,
+                );
             }
         }
+        work.started.extend(started);
         Ok(())
     }
 
-    /// Records the run of one tick, as its concurrency allows, and returns its id.
+    /// Decides one tick that is to run: its run's rows made, or skipped as its concurrency or
+    /// its pipeline say, with why.
     async fn start(
         &self,
         store: &Store,
@@ -371,25 +415,19 @@ impl Ticks {
         s: &Schedule,
         fire: FireRow,
         pipelines: &mut HashMap<(String, String), Option<AppliedRow>>,
-    ) -> Result<Option<String>, service::Error> {
+    ) -> Result<Decided, service::Error> {
         let running = store.schedule_running(&row.team, &row.name).await?;
         if !running.is_empty() {
             match s.concurrency {
                 Concurrency::Forbid => {
-                    store
-                        .fire(
-                            &FireRow {
-                                outcome: "skipped".into(),
-                                reason: Some(format!(
-                                    "run {} is still running (concurrency: forbid)",
-                                    running.join(", ")
-                                )),
-                                ..fire
-                            },
-                            None,
-                        )
-                        .await?;
-                    return Ok(None);
+                    return Ok(Decided::record(FireRow {
+                        outcome: "skipped".into(),
+                        reason: Some(format!(
+                            "run {} is still running (concurrency: forbid)",
+                            running.join(", ")
+                        )),
+                        ..fire
+                    }));
                 }
                 Concurrency::Replace => {
                     // Cancelled as `cancel` does; the new run starts at once.
@@ -413,20 +451,14 @@ impl Ticks {
             }
         };
         let Some(pipeline) = pipeline else {
-            store
-                .fire(
-                    &FireRow {
-                        outcome: "skipped".into(),
-                        reason: Some(format!(
-                            "no pipeline or sweep named '{}' is applied (pruned?)",
-                            s.pipeline
-                        )),
-                        ..fire
-                    },
-                    None,
-                )
-                .await?;
-            return Ok(None);
+            return Ok(Decided::record(FireRow {
+                outcome: "skipped".into(),
+                reason: Some(format!(
+                    "no pipeline or sweep named '{}' is applied (pruned?)",
+                    s.pipeline
+                )),
+                ..fire
+            }));
         };
         let request = service::Request {
             shown: pipeline.path.clone(),
@@ -440,45 +472,59 @@ impl Ticks {
             schedule: Some(row.name.clone()),
         };
         let mut quiet = |_: &[crate::spec::Diagnostic]| {};
-        let outcome = match service::submit::check(&who, request, &mut quiet) {
-            Ok(checked) => {
-                let started = FireRow {
-                    outcome: "started".into(),
-                    ..fire.clone()
-                };
-                self.service.submit_fire(&who, checked, started).await
-            }
+        let started = FireRow {
+            outcome: "started".into(),
+            ..fire.clone()
+        };
+        let decided = match service::submit::check(&who, request, &mut quiet) {
+            Ok(checked) => self.service.decide_fire(&who, checked, started).await,
             Err(e) => Err(e),
         };
-        match outcome {
-            Ok(Some(submitted)) => {
-                tracing::info!(
-                    "schedule {} of team {}: tick {} started run {}",
-                    row.name,
-                    row.team,
-                    fire.tick,
-                    submitted.id
-                );
-                return Ok(Some(submitted.id));
-            }
-            Ok(None) => {}
-            // The run cannot be made (its pipeline no longer checks, the team's queue is
-            // full): the tick is recorded as skipped, saying why.
+        match decided {
+            Ok(d) => Ok(d),
+            // The run cannot be made (its pipeline no longer checks): the tick is recorded as
+            // skipped, saying why.
             Err(e @ (service::Error::Invalid { .. } | service::Error::Conflict { .. })) => {
-                store
-                    .fire(
-                        &FireRow {
-                            outcome: "skipped".into(),
-                            reason: Some(e.to_string()),
-                            ..fire
-                        },
-                        None,
-                    )
-                    .await?;
+                Ok(Decided::record(FireRow {
+                    outcome: "skipped".into(),
+                    reason: Some(e.to_string()),
+                    ..fire
+                }))
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
         }
-        Ok(None)
+    }
+}
+
+/// Removes each schedule's ended runs beyond its newest `keepRuns` (`keep`, by team and
+/// schedule), as `sluice delete` removes a run (its files and objects, then its rows).
+async fn sweep(store: Store, keep: HashMap<(String, String), u64>) {
+    let ended = match store.schedules_ended().await {
+        Ok(ended) => ended,
+        Err(e) => {
+            tracing::warn!("cannot look for the schedules' old runs: {e}");
+            return;
+        }
+    };
+    for (team, name, count) in ended {
+        let Some(&keep) = keep.get(&(team.clone(), name.clone())) else {
+            continue;
+        };
+        if count <= i64::try_from(keep).unwrap_or(i64::MAX) {
+            continue;
+        }
+        let ids = match store.schedule_ended(&team, &name).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!("schedule {name} of team {team}: cannot list its old runs: {e}");
+                continue;
+            }
+        };
+        for id in ids.iter().skip(usize::try_from(keep).unwrap_or(usize::MAX)) {
+            if let Err(e) = crate::cli::delete::remove(&store, id).await {
+                tracing::warn!("schedule {name}: cannot remove old run {id}: {e}");
+            }
+        }
     }
 }
 

@@ -248,6 +248,7 @@ async fn keep_runs_removes_the_oldest_ended_runs() {
     for h in 1..=4 {
         s.clock.set(t(&format!("2026-12-01T0{h}:00:01Z")));
         s.ticks.pass().await.expect("pass");
+        s.ticks.swept().await;
         // Each run ends before the next tick (nothing drives them here).
         for f in s.store.fires("vision", "hourly").await.expect("fires") {
             if let Some(id) = f.run_id
@@ -268,6 +269,7 @@ async fn keep_runs_removes_the_oldest_ended_runs() {
     }
     s.clock.set(t("2026-12-01T04:30:00Z"));
     s.ticks.pass().await.expect("pass");
+    s.ticks.swept().await;
     let left: Vec<String> = s
         .store
         .runs(Some("vision"), None, 10)
@@ -281,5 +283,54 @@ async fn keep_runs_removes_the_oldest_ended_runs() {
     assert_eq!(left.len(), 2, "{left:?}");
     for id in newest {
         assert!(left.contains(&id), "the newest two are kept: {left:?}");
+    }
+}
+
+#[tokio::test]
+async fn ticks_caught_up_in_one_pass_see_the_runs_of_the_earlier_ones() {
+    // Down from before 01:00 until 03:30, catching up every tick in one pass: with `forbid`
+    // the first tick's run is still running at the next two, which are skipped; with
+    // `replace` each run replaces the one before.
+    let s = setup(
+        "catchup-forbid",
+        "  cron: \"0 * * * *\"\n  catchUp: all\n  concurrency: forbid\n",
+        "2026-12-01T00:10:00Z",
+    )
+    .await;
+    s.clock.set(t("2026-12-01T03:30:00Z"));
+    s.ticks.pass().await.expect("pass");
+    assert_eq!(
+        fires(&s).await,
+        [
+            pair("2026-12-01T01:00:00.000Z", "started"),
+            pair("2026-12-01T02:00:00.000Z", "skipped"),
+            pair("2026-12-01T03:00:00.000Z", "skipped"),
+        ]
+    );
+
+    let s = setup(
+        "catchup-replace",
+        "  cron: \"0 * * * *\"\n  catchUp: all\n  concurrency: replace\n",
+        "2026-12-01T00:10:00Z",
+    )
+    .await;
+    s.clock.set(t("2026-12-01T03:30:00Z"));
+    s.ticks.pass().await.expect("pass");
+    let f = s.store.fires("vision", "hourly").await.expect("fires");
+    assert_eq!(
+        f.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>(),
+        ["started", "started", "started"]
+    );
+    for (i, fire) in f.iter().enumerate() {
+        let run = s
+            .store
+            .run(fire.run_id.as_deref().expect("a run"))
+            .await
+            .expect("run");
+        assert_eq!(
+            run.cancel_requested,
+            i < 2,
+            "each run but the last is replaced: {fire:?}"
+        );
     }
 }
