@@ -132,12 +132,26 @@ pub async fn files(store: &Store, row: &RunRow, delete: bool) -> Result<Usage, E
         }
         .map_err(Error::objects)?;
     }
-    for path in local_paths(&store.home, &row.id) {
-        usage += objects::tree_usage(&path).map_err(Error::objects)?;
-        if delete {
-            objects::remove_tree(&path).map_err(Error::objects)?;
+    // Walking and removing folders blocks: on a blocking thread, so that a server removing
+    // a thousand old runs (a schedule's `keepRuns`) does not stall its async workers.
+    let paths = local_paths(&store.home, &row.id);
+    let local = tokio::task::spawn_blocking(move || {
+        let mut usage = Usage::default();
+        for path in paths {
+            usage += objects::tree_usage(&path)?;
+            if delete {
+                objects::remove_tree(&path)?;
+            }
         }
-    }
+        Ok(usage)
+    })
+    .await
+    .map_err(|e| Error::Io {
+        context: format!("removing the folders of run {}", row.id),
+        source: std::io::Error::other(e),
+    })?
+    .map_err(Error::objects)?;
+    usage += local;
     Ok(usage)
 }
 
