@@ -166,11 +166,31 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
     )];
     let mut server = Server::start_with(&sb, &[], &env);
     server.wait_ready();
-    sb.write("p.yaml", PIPELINE);
+    // Each run's step notes its start and its end in a file named for the run, so that the
+    // test counts how often each tick's work ran.
+    let ran = sb.path().join("ran");
+    std::fs::create_dir_all(&ran).expect("ran/");
+    let ran = ran.to_str().expect("a path").to_owned();
+    sb.write(
+        "p.yaml",
+        &PIPELINE.replace(
+            "run: echo \"training for {{params.epochs}} epochs\"",
+            &format!(
+                "run: echo start >> {ran}/$SLUICE_RUN_ID; sleep 0.3; echo done >> {ran}/$SLUICE_RUN_ID"
+            ),
+        ),
+    );
     sb.write("s.yaml", &schedule("  catchUp: all\n"));
     let out = server.cli(&sb, Some(&a), &["apply", "-f", "p.yaml", "-f", "s.yaml"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    // A fixed sequence of kill moments.
+    let fires = |server: &Server| -> Vec<Value> {
+        let a = server.call("GET", "/api/v1/schedules/hourly", Some(&a), None);
+        a.json()["fires"].as_array().cloned().unwrap_or_default()
+    };
+    let started = || std::fs::read_dir(&ran).map_or(0, Iterator::count);
+    // The kill moments: before the tick's fire is recorded (at once), just after it is
+    // (seen through the API, before or as its run starts), while its step runs, and a fixed
+    // sequence of moments in between.
     let mut seed: u64 = 0x71c4;
     let mut next = |lo: u64, hi: u64| {
         seed = seed
@@ -178,18 +198,21 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
             .wrapping_add(1_442_695_040_888_963_407);
         lo + (seed >> 33) % (hi - lo)
     };
-    let hours: u64 = 8;
+    let hours: u64 = 12;
     for h in 1..=hours {
         set_clock(&sb, &rfc3339(first + (h - 1) * 3600, 500));
-        std::thread::sleep(Duration::from_millis(next(0, 1500)));
+        let decided = usize::try_from(h).unwrap_or(0);
+        match h % 4 {
+            0 => {}
+            1 => wait_for("the tick's fire", || fires(&server).len() >= decided),
+            2 => wait_for("the tick's step to start", || started() >= decided),
+            _ => std::thread::sleep(Duration::from_millis(next(0, 1500))),
+        }
         server.kill();
         server = Server::start_with(&sb, &[], &env);
         server.wait_ready();
     }
-    let fires = || -> Vec<Value> {
-        let a = server.call("GET", "/api/v1/schedules/hourly", Some(&a), None);
-        a.json()["fires"].as_array().cloned().unwrap_or_default()
-    };
+    let fires = || fires(&server);
     let count = usize::try_from(hours).unwrap_or(0);
     wait_for("every tick to be decided", || fires().len() == count);
     let fires = fires();
@@ -208,7 +231,7 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("sluice_schedule_fires{team=\"vision\",outcome=\"started\"} 8")),
+            .any(|l| l.starts_with("sluice_schedule_fires{team=\"vision\",outcome=\"started\"} 12")),
         "{metrics}"
     );
     // No other run exists: a tick never started two.
@@ -227,6 +250,10 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
             .call("GET", &format!("/api/v1/runs/{run}"), Some(&a), None)
             .json();
         assert_eq!(v["state"], "Succeeded", "{v}");
+        // Its step ran to completion exactly once.
+        let notes =
+            std::fs::read_to_string(std::path::Path::new(&ran).join(run)).unwrap_or_default();
+        assert_eq!(notes, "start\ndone\n", "run {run}'s step");
     }
 }
 
