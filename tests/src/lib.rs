@@ -238,3 +238,22 @@ pub fn runtime_pid(home: &Path, run: &str, step: &str, n: u32) -> Option<u32> {
         .as_u64()
         .and_then(|p| u32::try_from(p).ok())
 }
+
+/// Whether process `pid` still runs (a zombie waiting for its parent counts as ended).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `PID (COMM) STATE ...`: the state follows the last parenthesis.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X'))
+    })
+}
+
+/// The pids a file holds, one a line.
+pub fn pids(path: &std::path::Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}

@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use sluice_e2e::{Sandbox, step_states, wait, wait_for};
+use sluice_e2e::{Sandbox, alive, pids, step_states, wait, wait_for};
 
 fn pipeline(name: &str, steps: &str) -> String {
     format!(
@@ -40,25 +40,6 @@ fn ctrl_c(engine: &Child) {
         engine.id(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Whether process `pid` still runs (a zombie waiting for its parent counts as ended).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // `PID (COMM) STATE ...`: the state follows the last parenthesis.
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| !matches!(state, 'Z' | 'X'))
-    })
-}
-
-/// The pids a file holds, one a line.
-fn pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 fn lines(path: &Path) -> usize {

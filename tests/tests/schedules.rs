@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice_e2e::server::{Server, token};
-use sluice_e2e::{Sandbox, wait_for};
+use sluice_e2e::{Sandbox, alive, pids, wait_for};
 
 const PIPELINE: &str = r#"apiVersion: sluice.dev/v1
 kind: Pipeline
@@ -141,6 +141,21 @@ fn rfc3339(secs: u64, millis: u32) -> String {
     )
 }
 
+/// Sets the schedule loop's clock file to now (the schedules are applied in real time), and
+/// returns the first full hour after now (the first tick of an hourly schedule) and the
+/// file's path.
+fn clock_now(sb: &Sandbox) -> (u64, String) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    set_clock(sb, &rfc3339(now, 0));
+    let clock = sb.path().join("clock");
+    (
+        (now / 3600 + 1) * 3600,
+        clock.to_str().expect("a path").to_owned(),
+    )
+}
+
 fn set_clock(sb: &Sandbox, at: &str) {
     let path = sb.path().join("clock");
     let tmp = sb.path().join("clock.tmp");
@@ -154,16 +169,8 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
     let (_, a) = token(&sb, "vision", "member", &[]);
     // The schedule is applied now (real time); the loop's time then moves through the next
     // hours: the first tick is the next full hour.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let first = (now / 3600 + 1) * 3600;
-    set_clock(&sb, &rfc3339(now, 0));
-    let clock = sb.path().join("clock");
-    let env = [(
-        "SLUICE_SCHEDULE_CLOCK_FILE",
-        clock.to_str().expect("a path"),
-    )];
+    let (first, clock) = clock_now(&sb);
+    let env = [("SLUICE_SCHEDULE_CLOCK_FILE", clock.as_str())];
     let mut server = Server::start_with(&sb, &[], &env);
     server.wait_ready();
     // Each run's step notes its start and its end in a file named for the run, so that the
@@ -261,16 +268,8 @@ fn each_tick_runs_exactly_once_whatever_moment_the_server_is_killed() {
 fn two_servers_decide_each_tick_once_when_the_leader_is_killed_across_ticks() {
     let sb = Sandbox::new("ticks-two");
     let (_, a) = token(&sb, "vision", "member", &[]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let first = (now / 3600 + 1) * 3600;
-    set_clock(&sb, &rfc3339(now, 0));
-    let clock = sb.path().join("clock");
-    let env = [(
-        "SLUICE_SCHEDULE_CLOCK_FILE",
-        clock.to_str().expect("a path"),
-    )];
+    let (first, clock) = clock_now(&sb);
+    let env = [("SLUICE_SCHEDULE_CLOCK_FILE", clock.as_str())];
     let mut one = Server::start_with(&sb, &[], &env);
     one.wait_ready();
     let mut two = Server::start_with(&sb, &[], &env);
@@ -324,37 +323,12 @@ fn two_servers_decide_each_tick_once_when_the_leader_is_killed_across_ticks() {
     assert_eq!(listed.as_array().map(Vec::len), Some(count), "{listed}");
 }
 
-/// Whether process `pid` runs (a zombie does not).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| !matches!(state, 'Z' | 'X'))
-    })
-}
-
-fn pids(path: &std::path::Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 #[test]
 fn replace_cancels_the_running_run_and_stops_its_steps_before_the_next_tick_runs() {
     let sb = Sandbox::new("ticks-replace");
     let (_, a) = token(&sb, "vision", "member", &[]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let first = (now / 3600 + 1) * 3600;
-    set_clock(&sb, &rfc3339(now, 0));
-    let clock = sb.path().join("clock");
-    let env = [(
-        "SLUICE_SCHEDULE_CLOCK_FILE",
-        clock.to_str().expect("a path"),
-    )];
+    let (first, clock) = clock_now(&sb);
+    let env = [("SLUICE_SCHEDULE_CLOCK_FILE", clock.as_str())];
     let server = Server::start_with(&sb, &[], &env);
     server.wait_ready();
     // `train` records its shell's pid and its child's, then waits for the child: a run that
