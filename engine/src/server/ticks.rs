@@ -1,7 +1,7 @@
 //! The schedule loop of the leader, a task of its own per lead: at each schedule's next tick
 //! (and at least every second, to see what `apply` changed), each applied schedule's due ticks are
 //! decided (`schedule::plan`) and recorded, a tick's run in the same transaction as its record
-//! (`Service::submit_fire`), so that a tick is decided once whatever crashes or second servers
+//! (`Service::record_fires`), so that a tick is decided once whatever crashes or second servers
 //! happen. It writes through the leader's fenced store: a leader that was cut off records
 //! nothing. It reads the time from the service's clock, so tests drive it.
 //!

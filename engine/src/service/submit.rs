@@ -307,22 +307,24 @@ impl Service {
         checked: Checked,
         warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
     ) -> Result<Submitted, Error> {
-        match self.record_run(who, checked, warn, None).await? {
-            Some(s) => Ok(s),
-            None => Err(Error::invalid("the run was not recorded")),
+        let Prepared {
+            run,
+            max_queued,
+            cluster,
+            team,
+            name,
+        } = self.prepare_run(who, checked, warn).await?;
+        match (self.store.create_run(&run, max_queued).await, &cluster) {
+            (Ok(()), _) => Ok(Submitted { id: run.id, name }),
+            (Err(e @ crate::store::Error::QueueFull { .. }), Some(c)) => {
+                let pos = max_queued_pos(&c.loaded, &team);
+                let d = Diagnostic::error(&c.shown, pos, format!("run refused: {e}"))
+                    .with_help("wait for queued steps to start or end, cancel runs with `sluice cancel RUN`, or raise the team's maxQueued");
+                // Said at the Cluster's setting that refuses it, as a diagnostic.
+                Err(Error::diagnostics(format!("run refused: {e}"), vec![d]))
+            }
+            (Err(e), _) => Err(e.into()),
         }
-    }
-
-    /// Records a checked run as the run of a schedule's tick, in one transaction with the
-    /// tick's `fire` (its `run_id` is set here): None when the tick was decided already.
-    pub async fn submit_fire(
-        &self,
-        who: &Principal,
-        checked: Checked,
-        fire: crate::store::FireRow,
-    ) -> Result<Option<Submitted>, Error> {
-        let mut quiet = |_: &[Diagnostic]| {};
-        self.record_run(who, checked, &mut quiet, Some(fire)).await
     }
 
     /// Decides a schedule's tick that starts a run: the run's rows made (as `submit` makes
@@ -381,49 +383,6 @@ impl Service {
             .filter(|(_, w)| *w)
             .filter_map(|(d, _)| d.run.as_ref().map(|r| r.run.id.clone()))
             .collect())
-    }
-
-    async fn record_run(
-        &self,
-        who: &Principal,
-        checked: Checked,
-        warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
-        fire: Option<crate::store::FireRow>,
-    ) -> Result<Option<Submitted>, Error> {
-        let Prepared {
-            run,
-            max_queued,
-            cluster,
-            team,
-            name,
-        } = self.prepare_run(who, checked, warn).await?;
-        let submitted = match fire {
-            None => self
-                .store
-                .create_run(&run, max_queued)
-                .await
-                .map(|()| Some(run.id.clone())),
-            Some(mut fire) => {
-                fire.run_id = Some(run.id.clone());
-                self.store
-                    .fire(&fire, Some((&run, max_queued)))
-                    .await
-                    .map(|done| done.then(|| run.id.clone()))
-            }
-        };
-        let id = match (submitted, &cluster) {
-            (Ok(Some(id)), _) => id,
-            (Ok(None), _) => return Ok(None),
-            (Err(e @ crate::store::Error::QueueFull { .. }), Some(c)) => {
-                let pos = max_queued_pos(&c.loaded, &team);
-                let d = Diagnostic::error(&c.shown, pos, format!("run refused: {e}"))
-                    .with_help("wait for queued steps to start or end, cancel runs with `sluice cancel RUN`, or raise the team's maxQueued");
-                // Said at the Cluster's setting that refuses it, as a diagnostic.
-                return Err(Error::diagnostics(format!("run refused: {e}"), vec![d]));
-            }
-            (Err(e), _) => return Err(e.into()),
-        };
-        Ok(Some(Submitted { id, name }))
     }
 
     /// A checked run's rows, its object store resolved (and S3 reached).
