@@ -12,6 +12,8 @@
 //! tell the difference. Methods return `Send` futures, so that a driver can be moved between
 //! threads.
 
+pub mod chosen;
+pub mod kubernetes;
 pub mod local;
 
 use std::future::Future;
@@ -104,6 +106,20 @@ pub struct Capacity {
     pub gpus: Vec<u32>,
 }
 
+/// Where and in what an attempt's workers run, for executors that put them somewhere
+/// themselves (Kubernetes); the local executor runs them here and ignores it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The Cluster node (index) the scheduler chose for each worker, in rank order.
+    pub nodes: Vec<usize>,
+    /// The step's `image` (None: the executor's default).
+    pub image: Option<String>,
+    /// Per worker.
+    pub gpu: u32,
+    pub millicpu: u64,
+    pub memory: u64,
+}
+
 /// The settings of a Cluster that an executor and its runtimes follow (`runtime.*` and
 /// `preemption.gracePeriod`); their defaults without a Cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,12 +194,14 @@ pub trait Executor: Send {
     fn discard(&mut self, handle: &Handle) -> impl Future<Output = ()> + Send;
 
     /// Runs a prepared and committed attempt. `launch` is the one prepared, with what was
-    /// decided at the commit (its GPUs) filled in. Its end comes as an [`Event`].
+    /// decided at the commit (its GPUs) filled in; `placement` says where its workers go. Its
+    /// end comes as an [`Event`].
     fn launch(
         &mut self,
         id: &AttemptId,
         handle: &Handle,
         launch: &contract::Launch,
+        placement: &Placement,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// After an engine restart: what became of an attempt recorded as running. One still

@@ -50,6 +50,11 @@ pub async fn collect(
             continue;
         }
         runs.insert(o.run_id.clone());
+        // A pod is not a folder of this machine: the run's next engine reattaches to it
+        // through the cluster (its pods' watch and the object store), never from here.
+        if crate::executor::kubernetes::is_handle(&o.attempt.dir) {
+            continue;
+        }
         let Ok(found) = probe(Path::new(&o.attempt.dir)) else {
             continue;
         };

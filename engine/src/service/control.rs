@@ -138,7 +138,11 @@ impl Service {
                 state,
             ));
         };
-        crate::executor::local::stop::ask(Path::new(&running.dir), Reason::Preempt)?;
+        if crate::executor::kubernetes::is_handle(&running.dir) {
+            crate::executor::kubernetes::stop(&running.dir, Reason::Preempt).await?;
+        } else {
+            crate::executor::local::stop::ask(Path::new(&running.dir), Reason::Preempt)?;
+        }
         Ok(Preempted {
             id,
             step: step.to_owned(),

@@ -46,6 +46,18 @@ fn log_path(a: &AttemptRow) -> PathBuf {
     PathBuf::from(&a.dir).join(sluice_runtime::contract::LOG_FILE)
 }
 
+/// A running attempt's log as it is now: its folder's file, or on Kubernetes its pod's log
+/// (worker 0's, through the pod log API); None when there is none (yet, or any more).
+async fn live(a: &AttemptRow) -> Option<Vec<u8>> {
+    if crate::executor::kubernetes::is_handle(&a.dir) {
+        if a.state != attempt::RUNNING {
+            return None;
+        }
+        return crate::executor::kubernetes::live_log(&a.dir).await;
+    }
+    std::fs::read(log_path(a)).ok()
+}
+
 /// One line of a log, as JSON gives it.
 #[derive(Debug, Serialize)]
 struct Line<'a> {
@@ -190,9 +202,9 @@ async fn print_whole(
     a: &AttemptRow,
     printer: &mut Printer<'_>,
 ) -> Result<u64, Error> {
-    let (text, local) = match std::fs::read(log_path(a)) {
-        Ok(bytes) => (bytes, true),
-        Err(_) => (stored_log(store, run, a).await.unwrap_or_default(), false),
+    let (text, local) = match live(a).await {
+        Some(bytes) => (bytes, true),
+        None => (stored_log(store, run, a).await.unwrap_or_default(), false),
     };
     // Whole lines only from a file still being written; a partial last line waits.
     let upto = if local && a.state == attempt::RUNNING {
@@ -242,7 +254,8 @@ async fn every_step(
         let shown = print_whole(store, run, a, printer).await?;
         // A running attempt's log is created at its first line: one not there yet is followed
         // from its start, not taken for a log moved away.
-        let local_gone = a.state != attempt::RUNNING && !log_path(a).is_file();
+        let local_gone = a.state != attempt::RUNNING
+            && (crate::executor::kubernetes::is_handle(&a.dir) || !log_path(a).is_file());
         offsets.insert(
             (a.step.clone(), a.number),
             if local_gone { u64::MAX } else { shown },
@@ -264,7 +277,7 @@ async fn every_step(
             if *offset == u64::MAX {
                 continue;
             }
-            *offset = drain(&log_path(a), *offset, a, printer)?;
+            *offset = drain(*offset, a, printer).await?;
         }
         if ended {
             return Ok(());
@@ -313,7 +326,7 @@ async fn follow_step(
                 None => 0,
             };
             let ended = a.state != attempt::RUNNING;
-            let offset = drain(&log_path(a), offset, a, printer)?;
+            let offset = drain(offset, a, printer).await?;
             from = Some((a.number, offset));
             if ended && finished {
                 return Ok(());
@@ -368,24 +381,31 @@ impl Stall {
 }
 
 /// Prints the whole lines appended to `path` after `offset`; returns the new offset.
-fn drain(
-    path: &std::path::Path,
-    offset: u64,
-    a: &AttemptRow,
-    printer: &mut Printer<'_>,
-) -> Result<u64, Error> {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return Ok(offset);
+async fn drain(offset: u64, a: &AttemptRow, printer: &mut Printer<'_>) -> Result<u64, Error> {
+    let buf = if crate::executor::kubernetes::is_handle(&a.dir) {
+        let Some(all) = live(a).await else {
+            return Ok(offset);
+        };
+        match all.get(usize::try_from(offset).unwrap_or(usize::MAX)..) {
+            Some(rest) if !rest.is_empty() => rest.to_vec(),
+            _ => return Ok(offset),
+        }
+    } else {
+        let path = log_path(a);
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            return Ok(offset);
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len <= offset {
+            return Ok(offset);
+        }
+        f.seek(std::io::SeekFrom::Start(offset))
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut buf)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        buf
     };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if len <= offset {
-        return Ok(offset);
-    }
-    f.seek(std::io::SeekFrom::Start(offset))
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    let mut buf = Vec::new();
-    std::io::Read::read_to_end(&mut f, &mut buf)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     // Whole lines only; a partial last line waits for the next round.
     let upto = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     printer.print(a, &buf[..upto])?;

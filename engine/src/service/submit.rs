@@ -269,18 +269,6 @@ fn cluster(
         .map_err(|e| Error::invalid(format!("cannot read {cshown}: {e}")))?;
     let (cloaded, spec) =
         spec::cluster::load(&cshown, ctext.clone()).map_err(|diags| invalid(&cshown, diags))?;
-    // Settings this engine cannot honour are refused, not ignored.
-    if let Some((executor, pos)) = cluster_setting(&cloaded, "executor")
-        && executor != "local"
-    {
-        let d = Diagnostic::error(
-            &cshown,
-            pos,
-            format!("executor: {executor} is not available yet: this sluice runs steps as local processes"),
-        )
-        .with_help("remove `executor:` or write `executor: local`; the Kubernetes executor comes with the Kubernetes work");
-        return Err(invalid(&cshown, vec![d]));
-    }
     let mut cd = spec::Diagnostics::new(cshown.clone());
     if let Some(cap) = spec::capacity::read(&cloaded, &mut cd) {
         let mut pd = spec::Diagnostics::new(shown.to_owned());

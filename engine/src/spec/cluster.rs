@@ -193,6 +193,7 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
         .get("runtime")
         .map(|r| runtime(cx, r))
         .unwrap_or_default();
+    let (executor, kubernetes) = super::kubernetes::decode(cx, spec);
     Some(ClusterSpec {
         name: name.to_owned(),
         pools,
@@ -200,6 +201,8 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
         priorities,
         scheduling,
         runtime,
+        executor,
+        kubernetes,
     })
 }
 

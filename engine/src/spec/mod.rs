@@ -10,6 +10,7 @@ mod decode;
 pub mod diagnostic;
 pub mod expr;
 mod katib;
+pub mod kubernetes;
 pub mod model;
 pub mod oneline;
 pub mod params;

@@ -489,6 +489,48 @@ pub struct ClusterSpec {
     pub priorities: Vec<PriorityClass>,
     pub scheduling: SchedulingSpec,
     pub runtime: RuntimeSpec,
+    /// Where steps run (`executor:`).
+    pub executor: ExecutorKind,
+    /// `kubernetes:`, for `executor: kubernetes`.
+    pub kubernetes: Option<KubernetesSpec>,
+}
+
+/// A Cluster's `executor:`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExecutorKind {
+    /// Steps run as processes of this machine (the default).
+    #[default]
+    Local,
+    /// Steps run as pods of the Kubernetes cluster the engine's kubeconfig (or service account)
+    /// reaches.
+    Kubernetes,
+}
+
+/// A Cluster's `kubernetes:` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubernetesSpec {
+    /// Where step pods run (default: the kubeconfig's, or the server's own, namespace).
+    pub namespace: Option<String>,
+    /// The pods' service account (default: the namespace's `default`).
+    pub service_account: Option<String>,
+    /// The image holding `sluice-runtime`, which an init container copies into each pod.
+    pub runtime_image: String,
+    /// The image of steps that name none (`defaultImage`, default python:3.12-slim).
+    pub default_image: String,
+    pub admission: Admission,
+    /// A Secret whose keys become the environment of each step's container (`envFrom`): the
+    /// object store's credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_ENDPOINT_URL`...), so that pods need no Kubernetes credentials to reach it.
+    pub objects_secret: Option<String>,
+    /// A pod not running this long after its creation is a failed placement (default 5m).
+    pub pod_start_timeout: std::time::Duration,
+}
+
+/// Who admits pods: sluice itself, or Kueue (`admission: kueue`, not supported yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Sluice,
+    Kueue,
 }
 
 /// `runtime:` of a Cluster: what the engine expects of its attempts' runtimes.

@@ -28,6 +28,11 @@ pub fn curve(dir: &Path, metric: &str) -> Vec<(u64, f64)> {
     let Ok(text) = std::fs::read_to_string(dir.join(contract::METRICS_FILE)) else {
         return Vec::new();
     };
+    curve_of(&text, metric)
+}
+
+/// The values of `metric` in the text of a `metrics.jsonl`, as [`curve`] gives them.
+pub fn curve_of(text: &str, metric: &str) -> Vec<(u64, f64)> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|o| o.get("name").and_then(serde_json::Value::as_str) == Some(metric))

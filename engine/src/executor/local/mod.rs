@@ -24,7 +24,9 @@ use sluice_runtime::contract;
 use sluice_runtime::objects::Objects;
 use tokio::sync::mpsc;
 
-use super::{AttemptId, Capacity, Error, Event, Executor, Handle, Probe, Reason, Settings, io};
+use super::{
+    AttemptId, Capacity, Error, Event, Executor, Handle, Placement, Probe, Reason, Settings, io,
+};
 use probe::Probe as Found;
 use server::{Note, Server};
 
@@ -270,6 +272,7 @@ impl Executor for Local {
         id: &AttemptId,
         handle: &Handle,
         launch: &contract::Launch,
+        _placement: &Placement,
     ) -> Result<(), Error> {
         let dir = Self::dir(handle).to_path_buf();
         if !launch.gpus.is_empty() {

@@ -32,6 +32,8 @@ use super::admission::{Scheduler, Schedulers};
 use super::engine::{self, LEASE_MS};
 use super::state::step as st;
 use crate::clock::Clock;
+use crate::executor::chosen::Chosen;
+use crate::executor::kubernetes::Kube;
 use crate::executor::local::Local;
 use crate::executor::{self, AttemptId, Executor, Handle, Settings};
 use crate::spec::model::{Pipeline, Step};
@@ -111,7 +113,7 @@ impl Live {
     }
 }
 
-pub struct Driver<E: Executor = Local> {
+pub struct Driver<E: Executor = Chosen> {
     store: Store,
     objects: sluice_runtime::objects::Objects,
     executor: E,
@@ -197,7 +199,7 @@ fn settings_of(scheduler: Option<&Scheduler>) -> Settings {
     settings
 }
 
-impl Driver<Local> {
+impl Driver<Chosen> {
     /// Loads a run to drive it on this machine. Takes the run's lease unless a live engine
     /// holds it. A run with a Cluster is scheduled by this process's scheduler of that
     /// Cluster, from `schedulers` (the process's, over `store`). The time is read from
@@ -218,7 +220,18 @@ impl Driver<Local> {
         };
         let settings = settings_of(scheduler.as_deref());
         let objects = sluice_runtime::objects::Objects::open(&run.objects)?;
-        let executor = Local::new(&store.home, run_id, objects.clone(), settings);
+        let kubernetes = scheduler.as_deref().and_then(|s| {
+            let spec = &s.scheduling().spec;
+            (spec.executor == crate::spec::model::ExecutorKind::Kubernetes)
+                .then(|| spec.kubernetes.clone().map(|k| (k, spec.pools.clone())))
+                .flatten()
+        });
+        let executor = match kubernetes {
+            Some((k, pools)) => Chosen::Kubernetes(Box::new(
+                Kube::new(&k, &pools, run_id, &run.team, objects.clone(), settings).await?,
+            )),
+            None => Chosen::Local(Local::new(&store.home, run_id, objects.clone(), settings)),
+        };
         Driver::open_with(store, run, objects, executor, scheduler, settings, clock).await
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice_runtime::contract::{self, End, Launch};
 
 use super::{Driver, Error, Watcher};
-use crate::executor::{AttemptId, Executor, Handle};
+use crate::executor::{AttemptId, Executor, Handle, Placement};
 use crate::run::launch::{self, Stop};
 use crate::run::state::{attempt as at, step as st};
 use crate::spec::model::Step;
@@ -226,7 +226,24 @@ impl<E: Executor> Driver<E> {
         self.rows[idx].not_before = None;
         self.rows[idx].started_at = row.started_at.clone();
         self.set_state(idx, st::RUNNING, None);
-        let launched = self.executor.launch(&id, &handle, &launch).await;
+        let placement = {
+            let step = self.step_of(&self.rows[idx])?;
+            Placement {
+                nodes: attempt
+                    .nodes
+                    .as_deref()
+                    .and_then(|n| serde_json::from_str(n).ok())
+                    .unwrap_or_default(),
+                image: step.image.clone(),
+                gpu: step.resources.gpu,
+                millicpu: step.resources.millicpu,
+                memory: step.resources.memory.unwrap_or(0),
+            }
+        };
+        let launched = self
+            .executor
+            .launch(&id, &handle, &launch, &placement)
+            .await;
         let step = attempt.step.clone();
         let started_at = attempt.started_at.clone();
         self.live

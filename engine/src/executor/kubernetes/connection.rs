@@ -1,0 +1,521 @@
+//! One connection to a Kubernetes cluster per namespace and process, shared by the executors
+//! of every run the process drives: the API client (rate limited, its calls counted), and two
+//! watches that keep what the cluster says in memory, so that no executor ever polls a pod:
+//! pods carrying `sluice.dev/managed=true` in the namespace, and the cluster's nodes.
+//!
+//! The watches are `kube::runtime::watcher`s: a list, then a watch from the list's resource
+//! version with bookmarks; a watch that expires (410 Gone) lists again. What changes is sent
+//! to the executor of the pod's run (by its `sluice.dev/run` label); node changes to all.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::watcher;
+use tokio::sync::mpsc;
+
+use super::names;
+use crate::executor::Error;
+
+/// At most this many requests a second from one process (a burst of as many), besides the
+/// watches: the API server's priority and fairness is not the only guard.
+const RATE: u32 = 50;
+
+/// What changed, for an executor: a pod of its run (by name), or the nodes.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Pod(String),
+    Nodes,
+}
+
+/// What the watches know.
+#[derive(Default)]
+pub struct Seen {
+    pub pods: HashMap<String, Pod>,
+    /// Pods the watch saw deleted, with their last state, until an executor takes them.
+    pub deleted: HashMap<String, Pod>,
+    pub nodes: BTreeMap<String, NodeState>,
+    /// Whether the first list of pods has been read (before it, "no such pod" means nothing).
+    pub pods_listed: bool,
+    pub nodes_listed: bool,
+    /// During a (re-)list of pods: those listed so far.
+    relisting: Option<HashSet<String>>,
+}
+
+/// What the executor needs of a node.
+#[derive(Debug, Clone)]
+pub struct NodeState {
+    pub labels: BTreeMap<String, String>,
+    /// Why not ready (the Ready condition's reason), and since when it has been seen so.
+    pub not_ready: Option<(String, Instant)>,
+    pub gone: bool,
+}
+
+pub struct Connection {
+    pub client: kube::Client,
+    pub namespace: String,
+    limiter: governor::DefaultDirectRateLimiter,
+    calls: Arc<Calls>,
+    pub seen: Mutex<Seen>,
+    ready: tokio::sync::watch::Receiver<bool>,
+    ready_tx: tokio::sync::watch::Sender<bool>,
+    subscribers: Mutex<HashMap<String, mpsc::UnboundedSender<Change>>>,
+    /// Handles asked to stop by this process (`stop_asked`).
+    pub stopping: Mutex<HashSet<String>>,
+    watches: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for w in &self.watches {
+            w.abort();
+        }
+    }
+}
+
+/// API calls by verb and resource (`create pods`, `watch pods`...), as the client sent them.
+#[derive(Default)]
+pub struct Calls {
+    pub total: AtomicU64,
+    pub by: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Calls {
+    fn count(&self, method: &str, path: &str, query: &str) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let watch = query
+            .split('&')
+            .any(|p| p == "watch=true" || p == "watch=1");
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // /api/v1/namespaces/NS/pods[/NAME[/log]], /api/v1/nodes[/NAME]
+        let (resource, named) = match parts.as_slice() {
+            [_, _, "namespaces", _, r] | [_, _, _, "namespaces", _, r] => ((*r).to_owned(), false),
+            [_, _, "namespaces", _, r, _] | [_, _, _, "namespaces", _, r, _] => {
+                ((*r).to_owned(), true)
+            }
+            [_, _, "namespaces", _, r, _, sub] => (format!("{r}/{sub}"), true),
+            [_, _, r] => ((*r).to_owned(), false),
+            [_, _, r, _] => ((*r).to_owned(), true),
+            _ => (path.to_owned(), false),
+        };
+        let verb = match (method, named, watch) {
+            ("GET", _, true) => "watch",
+            ("GET", false, _) => "list",
+            ("GET", true, _) => "get",
+            ("POST", _, _) => "create",
+            ("DELETE", _, _) => "delete",
+            ("PATCH", _, _) => "patch",
+            ("PUT", _, _) => "update",
+            (m, _, _) => m,
+        };
+        let mut by = self.by.lock().unwrap_or_else(PoisonError::into_inner);
+        *by.entry(format!("{verb} {resource}")).or_default() += 1;
+    }
+}
+
+static CONNECTIONS: Mutex<Vec<(String, Weak<Connection>)>> = Mutex::new(Vec::new());
+
+/// The API calls of every connection of this process so far (for `/metrics` and the bench).
+pub fn calls() -> BTreeMap<String, u64> {
+    let all = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut out = BTreeMap::new();
+    for (_, c) in all.iter() {
+        if let Some(c) = c.upgrade() {
+            let by = c.calls.by.lock().unwrap_or_else(PoisonError::into_inner);
+            for (k, v) in by.iter() {
+                *out.entry(k.clone()).or_default() += v;
+            }
+        }
+    }
+    out
+}
+
+fn unavailable(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
+    move |e| Error::Unavailable(format!("Kubernetes: {what}: {e}"))
+}
+
+impl Connection {
+    /// The process's connection for `namespace` (None: the kubeconfig's or service account's),
+    /// made at first use from the environment as kubectl finds it (`KUBECONFIG`,
+    /// `~/.kube/config`, or the pod's service account), and kept while some executor holds it.
+    pub async fn get(namespace: Option<&str>) -> Result<Arc<Connection>, Error> {
+        let wanted = namespace.unwrap_or("").to_owned();
+        let find = |all: &Vec<(String, Weak<Connection>)>| {
+            all.iter()
+                .find(|(ns, _)| *ns == wanted)
+                .and_then(|(_, c)| c.upgrade())
+        };
+        if let Some(c) = find(&CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(c);
+        }
+        let made = Connection::connect(namespace).await?;
+        let mut all = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|(_, c)| c.strong_count() > 0);
+        if let Some(c) = find(&all) {
+            return Ok(c);
+        }
+        all.push((wanted.clone(), Arc::downgrade(&made)));
+        Ok(made)
+    }
+
+    async fn connect(namespace: Option<&str>) -> Result<Arc<Connection>, Error> {
+        let config = kube::Config::infer().await.map_err(|e| {
+            Error::Unavailable(format!(
+                "Kubernetes: no cluster configuration found ({e}); set KUBECONFIG, or run the server in the cluster with its service account"
+            ))
+        })?;
+        let calls = Arc::new(Calls::default());
+        let counted = Arc::clone(&calls);
+        let layer = tower::util::MapRequestLayer::new(
+            move |req: axum::http::Request<kube::client::Body>| {
+                counted.count(
+                    req.method().as_str(),
+                    req.uri().path(),
+                    req.uri().query().unwrap_or(""),
+                );
+                req
+            },
+        );
+        let builder = kube::client::ClientBuilder::try_from(config)
+            .map_err(unavailable("cannot make a client"))?;
+        let client = builder.with_layer(&layer).build();
+        let namespace = namespace
+            .map(str::to_owned)
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
+        let rate = NonZeroU32::new(RATE).unwrap_or(NonZeroU32::MIN);
+        Ok(Arc::new_cyclic(|me: &Weak<Connection>| {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+            let nodes: Api<Node> = Api::all(client.clone());
+            let selector = format!("{}=true", names::MANAGED);
+            let watches = vec![
+                spawn_watch(
+                    pods,
+                    watcher::Config::default().labels(&selector),
+                    me.clone(),
+                    |c: &Connection, e| c.pod_event(e),
+                ),
+                spawn_watch(
+                    nodes,
+                    watcher::Config::default(),
+                    me.clone(),
+                    |c: &Connection, e| c.node_event(e),
+                ),
+            ];
+            Connection {
+                client,
+                namespace,
+                limiter: governor::RateLimiter::direct(governor::Quota::per_second(rate)),
+                calls,
+                seen: Mutex::new(Seen::default()),
+                ready,
+                ready_tx,
+                subscribers: Mutex::new(HashMap::new()),
+                stopping: Mutex::new(HashSet::new()),
+                watches,
+            }
+        }))
+    }
+
+    pub fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until the first lists of pods and nodes have been read.
+    pub async fn listed(&self) {
+        let mut ready = self.ready.clone();
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// Changes to run `run`'s pods (and to the nodes) come to the returned receiver.
+    pub fn subscribe(&self, run: &str) -> mpsc::UnboundedReceiver<Change> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(names::label_value(run), tx);
+        rx
+    }
+
+    pub fn unsubscribe(&self, run: &str) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&names::label_value(run));
+    }
+
+    fn tell(&self, run: Option<&str>, change: Change) {
+        let mut subs = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match run {
+            Some(run) => {
+                if let Some(tx) = subs.get(run)
+                    && tx.send(change).is_err()
+                {
+                    subs.remove(run);
+                }
+            }
+            None => subs.retain(|_, tx| tx.send(change.clone()).is_ok()),
+        }
+    }
+
+    fn pod_event(&self, event: watcher::Event<Pod>) {
+        let run_of = |p: &Pod| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(names::RUN).cloned())
+        };
+        let name_of = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+        match event {
+            watcher::Event::Init => self.seen().relisting = Some(HashSet::new()),
+            watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                let (name, run) = (name_of(&p), run_of(&p));
+                {
+                    let mut seen = self.seen();
+                    if let Some(listed) = seen.relisting.as_mut() {
+                        listed.insert(name.clone());
+                    }
+                    seen.deleted.remove(&name);
+                    seen.pods.insert(name.clone(), p);
+                }
+                self.tell(run.as_deref(), Change::Pod(name));
+            }
+            watcher::Event::Delete(p) => {
+                let (name, run) = (name_of(&p), run_of(&p));
+                {
+                    let mut seen = self.seen();
+                    seen.pods.remove(&name);
+                    seen.deleted.insert(name.clone(), p);
+                }
+                self.tell(run.as_deref(), Change::Pod(name));
+            }
+            watcher::Event::InitDone => {
+                // A re-list (after a 410): pods it did not list again were deleted meanwhile.
+                let gone: Vec<(String, Option<String>)> = {
+                    let mut seen = self.seen();
+                    seen.pods_listed = true;
+                    let listed = seen.relisting.take().unwrap_or_default();
+                    let gone: Vec<String> = seen
+                        .pods
+                        .keys()
+                        .filter(|n| !listed.contains(*n))
+                        .cloned()
+                        .collect();
+                    gone.into_iter()
+                        .filter_map(|n| {
+                            let p = seen.pods.remove(&n)?;
+                            let run = run_of(&p);
+                            seen.deleted.insert(n.clone(), p);
+                            Some((n, run))
+                        })
+                        .collect()
+                };
+                for (name, run) in gone {
+                    self.tell(run.as_deref(), Change::Pod(name));
+                }
+                self.mark_listed();
+                self.tell(None, Change::Nodes);
+            }
+        }
+    }
+
+    fn node_event(&self, event: watcher::Event<Node>) {
+        match event {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let mut seen = self.seen();
+                let before = seen.nodes.get(&name).and_then(|s| s.not_ready.clone());
+                seen.nodes.insert(name, node_state(&n, before));
+            }
+            watcher::Event::Delete(n) => {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let mut seen = self.seen();
+                let since = seen
+                    .nodes
+                    .get(&name)
+                    .and_then(|s| s.not_ready.as_ref().map(|(_, t)| *t))
+                    .unwrap_or_else(Instant::now);
+                seen.nodes.insert(
+                    name,
+                    NodeState {
+                        labels: BTreeMap::new(),
+                        not_ready: Some(("the node was deleted".into(), since)),
+                        gone: true,
+                    },
+                );
+            }
+            watcher::Event::InitDone => {
+                self.seen().nodes_listed = true;
+                self.mark_listed();
+            }
+        }
+        self.tell(None, Change::Nodes);
+    }
+
+    fn mark_listed(&self) {
+        let both = {
+            let seen = self.seen();
+            seen.pods_listed && seen.nodes_listed
+        };
+        if both {
+            let _ = self.ready_tx.send(true);
+        }
+    }
+
+    /// Waits for the rate limiter's leave to make one request.
+    async fn turn(&self) {
+        self.limiter.until_ready().await;
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates a pod; one that exists already (made before a restart) is taken as made.
+    pub async fn create_pod(&self, pod: &Pod) -> Result<(), Error> {
+        self.turn().await;
+        match self.pods().create(&PostParams::default(), pod).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(unavailable("cannot create a pod")(e)),
+        }
+    }
+
+    /// Creates a gang's Service; one that exists already is taken as made.
+    pub async fn create_service(&self, service: &Service) -> Result<(), Error> {
+        self.turn().await;
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &self.namespace);
+        match api.create(&PostParams::default(), service).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(unavailable("cannot create a service")(e)),
+        }
+    }
+
+    /// Deletes a pod with `grace` seconds between SIGTERM and SIGKILL (None: the pod's own);
+    /// one already gone is fine.
+    pub async fn delete_pod(&self, name: &str, grace: Option<u32>) -> Result<(), Error> {
+        self.turn().await;
+        let params = DeleteParams {
+            grace_period_seconds: grace,
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match self.pods().delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(unavailable("cannot delete a pod")(e)),
+        }
+    }
+
+    pub async fn delete_service(&self, name: &str) -> Result<(), Error> {
+        self.turn().await;
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &self.namespace);
+        let params = DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(unavailable("cannot delete a service")(e)),
+        }
+    }
+
+    /// A pod's log as the kubelet keeps it (what its runtime printed: the attempt's lines).
+    pub async fn pod_log(&self, name: &str) -> Result<String, Error> {
+        self.turn().await;
+        let params = kube::api::LogParams {
+            container: Some("step".into()),
+            ..kube::api::LogParams::default()
+        };
+        self.pods()
+            .logs(name, &params)
+            .await
+            .map_err(unavailable("cannot read a pod's log"))
+    }
+
+    /// Why a pending pod waits, from its events, when its status says nothing (the newest
+    /// warning's reason and message).
+    pub async fn pod_events(&self, name: &str) -> Option<String> {
+        self.turn().await;
+        let api: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let params =
+            kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
+        let list = api.list(&params).await.ok()?;
+        list.items
+            .iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .next_back()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.as_deref().unwrap_or("Warning"),
+                    e.message.as_deref().unwrap_or("")
+                )
+            })
+    }
+}
+
+/// What the executor keeps of a node.
+fn node_state(n: &Node, before: Option<(String, Instant)>) -> NodeState {
+    let ready_condition = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    let ready = ready_condition.is_some_and(|c| c.status == "True");
+    let not_ready = if ready {
+        None
+    } else {
+        let why = ready_condition
+            .and_then(|c| c.reason.clone())
+            .unwrap_or_else(|| "NotReady".into());
+        Some((why, before.map_or_else(Instant::now, |(_, t)| t)))
+    };
+    NodeState {
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        not_ready,
+        gone: false,
+    }
+}
+
+/// Follows `api` with a watcher, handing each event to the connection while it lives.
+fn spawn_watch<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    me: Weak<Connection>,
+    apply: F,
+) -> tokio::task::AbortHandle
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(&Connection, watcher::Event<K>) + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config).boxed();
+        while let Some(event) = stream.next().await {
+            let Some(conn) = me.upgrade() else {
+                return;
+            };
+            match event {
+                Ok(e) => apply(&conn, e),
+                Err(e) => {
+                    tracing::warn!("Kubernetes: a watch failed ({e}); it starts again");
+                    drop(conn);
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+        }
+    })
+    .abort_handle()
+}

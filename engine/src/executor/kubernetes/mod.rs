@@ -1,0 +1,723 @@
+//! The Kubernetes executor (`executor: kubernetes`): each worker of an attempt is a pod pinned
+//! to the node the scheduler chose, a gang's workers find worker 0 through a headless Service,
+//! and the pods' runtimes report through the object store. See `docs/kubernetes.md` for the
+//! choices and why.
+//!
+//! The files: `names` (deterministic names and labels), `manifest` (the pod and Service),
+//! `connection` (the process's client and its watches of pods and nodes), `status` (what a
+//! pod's status means for the attempt), `record` (what the runtimes left in the object store).
+//!
+//! An attempt's [`Handle`] is `kubernetes:NAMESPACE/BASE/WORKERS/KEY`: where its pods are
+//! (`BASE-0` ... `BASE-(WORKERS-1)`) and where its workers' records are (`KEY/pods/N/`).
+
+mod connection;
+pub mod manifest;
+pub mod names;
+mod record;
+pub mod status;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_runtime::contract::{self, End};
+use sluice_runtime::objects::Objects;
+use tokio::sync::mpsc;
+
+use super::{
+    AttemptId, Capacity, Error, Event, Executor, Handle, Placement, Probe, Reason, Settings,
+};
+use crate::spec::model::{ClusterPool, KubernetesSpec};
+pub use connection::calls;
+use connection::{Change, Connection};
+use status::Worker;
+
+const PREFIX: &str = "kubernetes:";
+
+/// Where an attempt's pods and records are, as its handle says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Where {
+    pub namespace: String,
+    pub base: String,
+    pub workers: u32,
+    /// The attempt's object-store key (`run::launch::object_key`).
+    pub key: String,
+}
+
+impl Where {
+    pub fn parse(handle: &Handle) -> Option<Where> {
+        let rest = handle.as_str().strip_prefix(PREFIX)?;
+        let mut parts = rest.splitn(4, '/');
+        let namespace = parts.next()?.to_owned();
+        let base = parts.next()?.to_owned();
+        let workers = parts.next()?.parse().ok()?;
+        let key = parts.next()?.to_owned();
+        Some(Where {
+            namespace,
+            base,
+            workers,
+            key,
+        })
+    }
+
+    fn handle(&self) -> Handle {
+        Handle::new(format!(
+            "{PREFIX}{}/{}/{}/{}",
+            self.namespace, self.base, self.workers, self.key
+        ))
+    }
+
+    pub fn pod(&self, worker: u32) -> String {
+        names::pod(&self.base, worker)
+    }
+
+    /// Worker `worker`'s record in the object store (`SLUICE_POD_KEY`).
+    pub fn record(&self, worker: u32) -> String {
+        format!("{}/pods/{worker}", self.key)
+    }
+}
+
+/// Whether a handle is one of this executor's.
+pub fn is_handle(handle: &str) -> bool {
+    handle.starts_with(PREFIX)
+}
+
+/// Asks an attempt's pods to stop, from outside its run's engine (`sluice preempt`): they are
+/// deleted with their own grace period, so their runtimes record `Terminated` and the run's
+/// engine queues the step again.
+pub async fn stop(handle: &str, _reason: Reason) -> Result<(), Error> {
+    let Some(at) = Where::parse(&Handle::new(handle)) else {
+        return Ok(());
+    };
+    let conn = Connection::get(Some(&at.namespace)).await?;
+    if let Ok(mut s) = conn.stopping.lock() {
+        s.insert(handle.to_owned());
+    }
+    for i in 0..at.workers {
+        conn.delete_pod(&at.pod(i), None).await?;
+    }
+    Ok(())
+}
+
+/// A running attempt's log so far, from its worker 0's pod (None: no pod, or no cluster).
+pub async fn live_log(handle: &str) -> Option<Vec<u8>> {
+    let at = Where::parse(&Handle::new(handle))?;
+    let conn = Connection::get(Some(&at.namespace)).await.ok()?;
+    conn.pod_log(&at.pod(0)).await.ok().map(String::into_bytes)
+}
+
+/// An attempt this executor follows.
+struct Watched {
+    id: AttemptId,
+    at: Where,
+    /// Since when it has been followed (its pods' creation, or the reattach).
+    since: Instant,
+    /// The runtimes' records read so far, by worker (read once a worker's pod has ended).
+    results: Vec<Option<Option<contract::Result>>>,
+}
+
+/// The Kubernetes executor of one run.
+pub struct Kube {
+    conn: Arc<Connection>,
+    spec: KubernetesSpec,
+    pools: Vec<ClusterPool>,
+    run: String,
+    team: String,
+    settings: Settings,
+    objects: Objects,
+    capacity: Capacity,
+    rx: mpsc::UnboundedReceiver<Change>,
+    watched: HashMap<String, Watched>,
+    by_pod: HashMap<String, String>,
+    events: VecDeque<Event>,
+    uploads: tokio::task::JoinSet<()>,
+}
+
+impl Drop for Kube {
+    fn drop(&mut self) {
+        self.conn.unsubscribe(&self.run);
+    }
+}
+
+/// How an attempt came out, decided from its workers.
+enum Outcome {
+    Ended(contract::Result),
+    Lost(String),
+}
+
+impl Kube {
+    /// The executor of run `run` (of `team`) on the Cluster's Kubernetes, keeping its records in
+    /// `objects`.
+    pub async fn new(
+        spec: &KubernetesSpec,
+        pools: &[ClusterPool],
+        run: &str,
+        team: &str,
+        objects: Objects,
+        settings: Settings,
+    ) -> Result<Kube, Error> {
+        let conn = Connection::get(spec.namespace.as_deref()).await?;
+        let rx = conn.subscribe(run);
+        Ok(Kube {
+            spec: spec.clone(),
+            pools: pools.to_vec(),
+            run: run.to_owned(),
+            team: team.to_owned(),
+            settings,
+            objects,
+            capacity: Capacity::default(),
+            rx,
+            watched: HashMap::new(),
+            by_pod: HashMap::new(),
+            events: VecDeque::new(),
+            uploads: tokio::task::JoinSet::new(),
+            conn,
+        })
+    }
+
+    fn grace_seconds(&self) -> u32 {
+        u32::try_from(self.settings.grace_period.as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// The Kubernetes node of each Cluster node index: a pool's nodes are the cluster's Ready
+    /// nodes carrying all of its labels, by name, as many as the pool declares.
+    async fn node_names(&self, indices: &[usize]) -> Result<Vec<String>, Error> {
+        self.conn.listed().await;
+        let seen = self.conn.seen();
+        let mut all = Vec::new();
+        for pool in &self.pools {
+            let matching: Vec<&String> = seen
+                .nodes
+                .iter()
+                .filter(|(_, n)| {
+                    !n.gone && pool.labels.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+                })
+                .map(|(name, _)| name)
+                .collect();
+            for i in 0..pool.nodes as usize {
+                all.push(matching.get(i).map(|s| (*s).clone()).ok_or_else(|| {
+                    let labels: Vec<String> = pool
+                        .labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                    (
+                        pool.name.clone(),
+                        pool.nodes,
+                        matching.len(),
+                        labels.join(","),
+                    )
+                }));
+            }
+        }
+        indices
+            .iter()
+            .map(|&i| match all.get(i) {
+                Some(Ok(name)) => Ok(name.clone()),
+                Some(Err((pool, declared, found, labels))) => Err(Error::Unavailable(format!(
+                    "pool {pool} declares {declared} nodes but the cluster has {found} with the labels {labels}"
+                ))),
+                None => Err(Error::Unavailable(format!("no node {i} in the Cluster's pools"))),
+            })
+            .collect()
+    }
+
+    fn follow(&mut self, id: &AttemptId, at: Where) {
+        for w in 0..at.workers {
+            self.by_pod.insert(at.pod(w), id.step.clone());
+        }
+        self.watched.insert(
+            id.step.clone(),
+            Watched {
+                id: id.clone(),
+                results: vec![None; at.workers as usize],
+                at,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    /// Looks at an attempt's pods as the watches last saw them; an outcome once it has one.
+    async fn assess(&mut self, step: &str) -> Option<Outcome> {
+        let (at, since) = {
+            let w = self.watched.get(step)?;
+            (w.at.clone(), w.since)
+        };
+        let now = Instant::now();
+        let mut workers = Vec::with_capacity(at.workers as usize);
+        {
+            let seen = self.conn.seen();
+            for i in 0..at.workers {
+                let name = at.pod(i);
+                let found = if let Some(p) = seen.pods.get(&name) {
+                    let mut state = status::of(p);
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    if matches!(state, Worker::Running | Worker::Pending(_))
+                        && let Some(node) = node
+                        && let Some(n) = seen.nodes.get(&node)
+                        && let Some((why, t)) = &n.not_ready
+                        && now.duration_since(*t) >= self.settings.heartbeat_timeout
+                    {
+                        state = Worker::Lost(format!("node {node} lost ({why})"));
+                    }
+                    Some((state, false))
+                } else {
+                    seen.deleted.get(&name).map(|p| (status::of(p), true))
+                };
+                workers.push(found);
+            }
+        }
+        // The records of workers whose pods ended or are gone, read once each.
+        for (i, found) in workers.iter().enumerate() {
+            let finished = match found {
+                Some((Worker::Ended { .. }, _)) | Some((_, true)) => true,
+                None => {
+                    self.conn.seen().pods_listed
+                        && now.duration_since(since) > self.spec.pod_start_timeout
+                }
+                _ => false,
+            };
+            let unread = self
+                .watched
+                .get(step)
+                .is_some_and(|w| w.results.get(i).is_some_and(Option::is_none));
+            if finished && unread {
+                let record = record::result(&self.objects, &at.record(i as u32)).await;
+                if let Some(w) = self.watched.get_mut(step)
+                    && let Some(slot) = w.results.get_mut(i)
+                {
+                    *slot = Some(record);
+                }
+            }
+        }
+        let results = self.watched.get(step)?.results.clone();
+        let mut done: Vec<contract::Result> = Vec::new();
+        for (i, found) in workers.iter().enumerate() {
+            let record = results.get(i).cloned().flatten();
+            match (found, record) {
+                (Some((Worker::Failed(why), _)), _) => return Some(Outcome::Ended(failed(why))),
+                (Some((Worker::Ended { killed: Some(why) }, _)), record) => {
+                    let mut r = record.flatten().unwrap_or_else(|| failed(why));
+                    r.end = End::Failed;
+                    r.exit_code = Some(137);
+                    r.reason = Some(why.clone());
+                    return Some(Outcome::Ended(r));
+                }
+                (Some((Worker::Lost(why), _)), _) => return Some(Outcome::Lost(why.clone())),
+                (Some((Worker::Ended { killed: None }, _)) | Some((_, true)), Some(Some(r))) => {
+                    if r.end != End::Succeeded {
+                        return Some(Outcome::Ended(r));
+                    }
+                    done.push(r);
+                }
+                (Some((Worker::Ended { killed: None }, _)), Some(None)) => {
+                    return Some(Outcome::Lost(format!(
+                        "the pod {} ended without its runtime's record",
+                        at.pod(i as u32)
+                    )));
+                }
+                (Some((_, true)), Some(None)) => {
+                    return Some(Outcome::Lost(format!(
+                        "the pod {} was deleted",
+                        at.pod(i as u32)
+                    )));
+                }
+                (None, Some(Some(r))) => {
+                    if r.end != End::Succeeded {
+                        return Some(Outcome::Ended(r));
+                    }
+                    done.push(r);
+                }
+                (None, Some(None)) => {
+                    return Some(Outcome::Lost(format!(
+                        "the pod {} was not found",
+                        at.pod(i as u32)
+                    )));
+                }
+                (Some((Worker::Pending(why), _)), _)
+                    if now.duration_since(since) > self.spec.pod_start_timeout =>
+                {
+                    let why = match why {
+                        Some(w) => w.clone(),
+                        None => self
+                            .conn
+                            .pod_events(&at.pod(i as u32))
+                            .await
+                            .unwrap_or_else(|| "not started".into()),
+                    };
+                    return Some(Outcome::Lost(format!(
+                        "{why} (the pod did not start within {})",
+                        crate::spec::units::format_duration(self.spec.pod_start_timeout)
+                    )));
+                }
+                _ => {}
+            }
+        }
+        if done.len() == at.workers as usize {
+            // Every worker succeeded: rank 0's record is the attempt's (its metrics).
+            return done.into_iter().next().map(Outcome::Ended);
+        }
+        None
+    }
+
+    /// Stops following an attempt that came out, deletes what is left of it, and says so.
+    fn conclude(&mut self, step: &str, outcome: Outcome) {
+        let Some(w) = self.watched.remove(step) else {
+            return;
+        };
+        let grace = self.grace_seconds();
+        let conn = Arc::clone(&self.conn);
+        let at = w.at.clone();
+        {
+            let mut seen = self.conn.seen();
+            for i in 0..at.workers {
+                let name = at.pod(i);
+                self.by_pod.remove(&name);
+                seen.deleted.remove(&name);
+            }
+        }
+        // Finished pods go at once; a gang's other workers get their grace period.
+        self.uploads.spawn(async move {
+            for i in 0..at.workers {
+                let running = matches!(
+                    conn.seen().pods.get(&at.pod(i)).map(status::of),
+                    Some(Worker::Running)
+                );
+                let _ = conn
+                    .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
+                    .await;
+            }
+            if at.workers > 1 {
+                let _ = conn.delete_service(&at.base).await;
+            }
+        });
+        self.events.push_back(match outcome {
+            Outcome::Ended(result) => Event::Ended {
+                attempt: w.id,
+                result: Some(Box::new(result)),
+            },
+            Outcome::Lost(reason) => Event::Lost {
+                attempt: w.id,
+                reason,
+            },
+        });
+    }
+
+    async fn assess_all(&mut self) {
+        let steps: Vec<String> = self.watched.keys().cloned().collect();
+        for step in steps {
+            if let Some(outcome) = self.assess(&step).await {
+                self.conclude(&step, outcome);
+            }
+        }
+    }
+}
+
+/// A failed attempt that never ran, with its reason.
+fn failed(why: &str) -> contract::Result {
+    let now = crate::time::now_rfc3339();
+    contract::Result {
+        end: End::Failed,
+        exit_code: None,
+        signal: None,
+        started_at: now.clone(),
+        ended_at: now,
+        reason: Some(why.to_owned()),
+        metrics: Default::default(),
+    }
+}
+
+impl Executor for Kube {
+    fn capacity(&self) -> &Capacity {
+        &self.capacity
+    }
+
+    fn handle(&self, id: &AttemptId) -> Handle {
+        self.at(id, 1).handle()
+    }
+
+    fn runtime_dir(&self, _id: &AttemptId) -> PathBuf {
+        PathBuf::from(manifest::ATTEMPT_DIR)
+    }
+
+    async fn prepare(
+        &mut self,
+        id: &AttemptId,
+        launch: &contract::Launch,
+    ) -> Result<Handle, Error> {
+        Ok(self.at(id, launch.workers.max(1)).handle())
+    }
+
+    async fn discard(&mut self, _handle: &Handle) {}
+
+    async fn launch(
+        &mut self,
+        id: &AttemptId,
+        handle: &Handle,
+        launch: &contract::Launch,
+        placement: &Placement,
+    ) -> Result<(), Error> {
+        let at = Where::parse(handle)
+            .ok_or_else(|| Error::Unavailable(format!("not a Kubernetes attempt: {handle}")))?;
+        let nodes = if placement.nodes.len() == at.workers as usize {
+            self.node_names(&placement.nodes).await?
+        } else {
+            return Err(Error::Unavailable(format!(
+                "the attempt has {} workers but {} nodes were chosen for it",
+                at.workers,
+                placement.nodes.len()
+            )));
+        };
+        if at.workers > 1 {
+            let service = manifest::service(&self.team, id, &at.base, &at.namespace)
+                .map_err(|e| Error::Unavailable(format!("cannot write the gang's service: {e}")))?;
+            self.conn.create_service(&service).await?;
+        }
+        let image = placement
+            .image
+            .clone()
+            .unwrap_or_else(|| self.spec.default_image.clone());
+        self.follow(id, at.clone());
+        for worker in 0..at.workers {
+            let mut mine = launch.clone();
+            // One worker per pod; the device plugin gives it its GPUs; the image's working
+            // directory.
+            mine.workers = 1;
+            mine.gpus.clear();
+            mine.gpus_per_worker = 0;
+            mine.hide_gpus = false;
+            mine.workdir = PathBuf::new();
+            if at.workers > 1 {
+                mine.env.extend(manifest::gang_env(
+                    &at.base,
+                    &at.namespace,
+                    worker,
+                    at.workers,
+                ));
+            }
+            if worker > 0 {
+                // Rank 0 keeps the outputs and syncs the checkpoint; the others restore it.
+                mine.outputs.clear();
+                if let Some(c) = mine.checkpoint.as_mut() {
+                    let _ = c; // MERGE: c.restore_only = true;
+                }
+            }
+            let key = at.record(worker);
+            let node = nodes.get(worker as usize).map_or("", String::as_str);
+            let pod = manifest::pod(&manifest::WorkerPod {
+                id,
+                team: &self.team,
+                base: &at.base,
+                worker,
+                workers: at.workers,
+                node,
+                namespace: &at.namespace,
+                image: &image,
+                runtime_image: &self.spec.runtime_image,
+                service_account: self.spec.service_account.as_deref(),
+                objects_secret: self.spec.objects_secret.as_deref(),
+                grace_seconds: self.settings.grace_period.as_secs(),
+                launch: &mine,
+                key: &key,
+                gpu: placement.gpu,
+                millicpu: placement.millicpu,
+                memory: placement.memory,
+            })
+            .map_err(|e| Error::Unavailable(format!("cannot write the pod: {e}")))?;
+            if let Err(e) = self.conn.create_pod(&pod).await {
+                // None of a gang runs without all of it.
+                self.halt_one(&id.step);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn reattach(&mut self, id: &AttemptId, handle: &Handle) -> Result<Probe, Error> {
+        let Some(at) = Where::parse(handle) else {
+            return Ok(Probe::Lost(format!("not a Kubernetes attempt: {handle}")));
+        };
+        self.conn.listed().await;
+        let any_pod = {
+            let seen = self.conn.seen();
+            (0..at.workers).any(|i| seen.pods.contains_key(&at.pod(i)))
+        };
+        if !any_pod {
+            // Ended and cleaned up while no engine watched, or never created (the engine died
+            // between its commit and the create): the records tell.
+            let records = record::results(&self.objects, &at).await;
+            return Ok(match record::combine(records) {
+                Some(Ok(r)) => Probe::Ended(Box::new(r)),
+                Some(Err(why)) => Probe::Lost(why),
+                None => Probe::Lost(
+                    "its pods are gone without every worker's record (never created, or deleted while no engine watched)"
+                        .to_owned(),
+                ),
+            });
+        }
+        self.follow(id, at);
+        match self.assess(&id.step).await {
+            Some(outcome) => {
+                self.conclude(&id.step, outcome);
+                // `conclude` queued it as an event; the driver asked here, so take it back.
+                Ok(match self.events.pop_back() {
+                    Some(Event::Ended {
+                        result: Some(r), ..
+                    }) => Probe::Ended(r),
+                    Some(Event::Lost { reason, .. }) => Probe::Lost(reason),
+                    _ => Probe::Lost("its record could not be read".into()),
+                })
+            }
+            None => Ok(Probe::Running),
+        }
+    }
+
+    async fn result(&self, handle: &Handle) -> Option<contract::Result> {
+        let at = Where::parse(handle)?;
+        record::combine(record::results(&self.objects, &at).await)?.ok()
+    }
+
+    async fn stop_asked(&self, handle: &Handle) -> bool {
+        if self
+            .conn
+            .stopping
+            .lock()
+            .map(|s| s.contains(handle.as_str()))
+            .unwrap_or(false)
+        {
+            return true;
+        }
+        let Some(at) = Where::parse(handle) else {
+            return false;
+        };
+        let seen = self.conn.seen();
+        (0..at.workers).any(|i| {
+            seen.pods
+                .get(&at.pod(i))
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        })
+    }
+
+    async fn stop(&self, handle: &Handle, _reason: Reason) -> Result<(), Error> {
+        let Some(at) = Where::parse(handle) else {
+            return Ok(());
+        };
+        if let Ok(mut s) = self.conn.stopping.lock() {
+            s.insert(handle.as_str().to_owned());
+        }
+        // Deleted with the grace period: the kubelet sends SIGTERM, the runtime stops the
+        // program, syncs its last checkpoint and records its end.
+        for i in 0..at.workers {
+            self.conn
+                .delete_pod(&at.pod(i), Some(self.grace_seconds()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn metrics(&self, handle: &Handle, metric: &str) -> Vec<(u64, f64)> {
+        let Some(at) = Where::parse(handle) else {
+            return Vec::new();
+        };
+        record::curve(&self.objects, &at, metric).await
+    }
+
+    async fn log(&self, handle: &Handle, from: u64) -> Result<Vec<u8>, Error> {
+        let Some(at) = Where::parse(handle) else {
+            return Ok(Vec::new());
+        };
+        let text = match self.conn.pod_log(&at.pod(0)).await {
+            Ok(t) => t.into_bytes(),
+            Err(_) => record::log(&self.objects, &at).await,
+        };
+        Ok(text
+            .get(from as usize..)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default())
+    }
+
+    fn ended(&mut self, handle: &Handle, objects: &str) {
+        let Some(at) = Where::parse(handle) else {
+            return;
+        };
+        let store = self.objects.clone();
+        let key = format!("{objects}/logs/output.log");
+        self.uploads.spawn(async move {
+            let merged = record::log(&store, &at).await;
+            if merged.is_empty() {
+                return;
+            }
+            if let Err(e) = store.put_bytes(&key, merged).await {
+                tracing::warn!("cannot keep the log of {}: {e}", at.base);
+            }
+        });
+        while self.uploads.try_join_next().is_some() {}
+    }
+
+    async fn settle(&mut self) {
+        while self.uploads.join_next().await.is_some() {}
+    }
+
+    async fn next_event(&mut self) -> Event {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return event;
+            }
+            // Timeouts (a pod that does not start, a node that stays away) need a look now
+            // and then even when nothing changes.
+            let change = tokio::time::timeout(Duration::from_secs(1), self.rx.recv()).await;
+            match change {
+                Ok(Some(Change::Pod(name))) => {
+                    if let Some(step) = self.by_pod.get(&name).cloned()
+                        && let Some(outcome) = self.assess(&step).await
+                    {
+                        self.conclude(&step, outcome);
+                    }
+                }
+                Ok(Some(Change::Nodes)) | Err(_) => self.assess_all().await,
+                Ok(None) => {
+                    // The connection is gone: nothing more will come.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    fn halt(&mut self) {
+        let steps: Vec<String> = self.watched.keys().cloned().collect();
+        for step in steps {
+            self.halt_one(&step);
+        }
+    }
+}
+
+impl Kube {
+    fn at(&self, id: &AttemptId, workers: u32) -> Where {
+        Where {
+            namespace: self.conn.namespace.clone(),
+            base: names::base(id),
+            workers,
+            key: crate::run::launch::object_key(&self.team, &id.run, &id.step, id.number),
+        }
+    }
+
+    /// Deletes an attempt's pods at once, and stops following it.
+    fn halt_one(&mut self, step: &str) {
+        let Some(w) = self.watched.remove(step) else {
+            return;
+        };
+        let conn = Arc::clone(&self.conn);
+        for i in 0..w.at.workers {
+            self.by_pod.remove(&w.at.pod(i));
+        }
+        tokio::spawn(async move {
+            for i in 0..w.at.workers {
+                let _ = conn.delete_pod(&w.at.pod(i), Some(0)).await;
+            }
+            if w.at.workers > 1 {
+                let _ = conn.delete_service(&w.at.base).await;
+            }
+        });
+    }
+}
