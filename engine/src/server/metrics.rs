@@ -50,6 +50,12 @@ struct TeamOutcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbResource {
+    verb: String,
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TeamPriority {
     team: String,
     priority: String,
@@ -75,6 +81,7 @@ pub struct Metrics {
     oldest_wait: Family<TeamPriority, Gauge<f64, std::sync::atomic::AtomicU64>>,
     driven: Gauge,
     leader: Gauge,
+    kubernetes_calls: Family<VerbResource, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -154,6 +161,12 @@ impl Metrics {
             gpus.clone(),
         );
         registry.register("runs_driven", "Runs this server drives now", driven.clone());
+        let kubernetes_calls = Family::<VerbResource, Gauge>::default();
+        registry.register(
+            "kubernetes_api_calls",
+            "Kubernetes API requests this server has made (executor: kubernetes), by verb and resource",
+            kubernetes_calls.clone(),
+        );
         registry.register(
             "leader",
             "1 while this server drives runs (the leader), 0 while it stands by",
@@ -172,6 +185,7 @@ impl Metrics {
             oldest_wait,
             driven,
             leader,
+            kubernetes_calls,
         }
     }
 
@@ -220,6 +234,15 @@ impl Metrics {
             Err(e) => tracing::warn!("metrics: cannot read the GPUs held: {e}"),
         }
         self.driven.set(i64::try_from(driven).unwrap_or(i64::MAX));
+        for (call, n) in crate::executor::kubernetes::calls() {
+            let (verb, resource) = call.split_once(' ').unwrap_or((call.as_str(), ""));
+            self.kubernetes_calls
+                .get_or_create(&VerbResource {
+                    verb: verb.to_owned(),
+                    resource: resource.to_owned(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
         match store.load_by_team().await {
             Ok(load) => {
                 self.steps.clear();

@@ -404,8 +404,12 @@ impl Service {
         if objects.starts_with("s3://") {
             reach(&object_store, &objects).await?;
         }
-        // Cluster mode runs steps here too (as processes on the declared nodes' GPUs).
-        if let Some(d) = image_warning(&request.shown, &request.text, &pipeline) {
+        // A local Cluster runs steps here too (as processes on the declared nodes' GPUs); on
+        // Kubernetes, images are what steps run in.
+        let on_kubernetes = cluster
+            .as_ref()
+            .is_some_and(|c| c.spec.executor == crate::spec::model::ExecutorKind::Kubernetes);
+        if !on_kubernetes && let Some(d) = image_warning(&request.shown, &request.text, &pipeline) {
             warn(&[d]);
         }
         let document = several.then(|| pipeline.metadata.name.clone());

@@ -22,6 +22,16 @@ use tokio::sync::mpsc;
 use super::names;
 use crate::executor::Error;
 
+/// Every call this file makes, by resource: what the Helm chart's Role (and its ClusterRole,
+/// for nodes) must grant, no more (a test holds `charts/sluice/templates/rbac.yaml` to it).
+pub const VERBS: &[(&str, &[&str])] = &[
+    ("pods", &["create", "delete", "list", "watch"]),
+    ("pods/log", &["get"]),
+    ("services", &["create", "delete"]),
+    ("events", &["list"]),
+    ("nodes", &["list", "watch"]),
+];
+
 /// At most this many requests a second from one process (a burst of as many), besides the
 /// watches: the API server's priority and fairness is not the only guard.
 const RATE: u32 = 50;
@@ -60,7 +70,6 @@ pub struct Connection {
     pub client: kube::Client,
     pub namespace: String,
     limiter: governor::DefaultDirectRateLimiter,
-    calls: Arc<Calls>,
     pub seen: Mutex<Seen>,
     ready: tokio::sync::watch::Receiver<bool>,
     ready_tx: tokio::sync::watch::Sender<bool>,
@@ -78,12 +87,17 @@ impl Drop for Connection {
     }
 }
 
-/// API calls by verb and resource (`create pods`, `watch pods`...), as the client sent them.
-#[derive(Default)]
+/// API calls by verb and resource (`create pods`, `watch pods`...), as the clients of this
+/// process sent them.
 pub struct Calls {
     pub total: AtomicU64,
     pub by: Mutex<BTreeMap<String, u64>>,
 }
+
+static CALLS: Calls = Calls {
+    total: AtomicU64::new(0),
+    by: Mutex::new(BTreeMap::new()),
+};
 
 impl Calls {
     fn count(&self, method: &str, path: &str, query: &str) {
@@ -120,19 +134,13 @@ impl Calls {
 
 static CONNECTIONS: Mutex<Vec<(String, Weak<Connection>)>> = Mutex::new(Vec::new());
 
-/// The API calls of every connection of this process so far (for `/metrics` and the bench).
+/// The API calls this process has made so far, by verb and resource (for `/metrics`).
 pub fn calls() -> BTreeMap<String, u64> {
-    let all = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut out = BTreeMap::new();
-    for (_, c) in all.iter() {
-        if let Some(c) = c.upgrade() {
-            let by = c.calls.by.lock().unwrap_or_else(PoisonError::into_inner);
-            for (k, v) in by.iter() {
-                *out.entry(k.clone()).or_default() += v;
-            }
-        }
-    }
-    out
+    CALLS
+        .by
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
 }
 
 fn unavailable(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
@@ -169,11 +177,9 @@ impl Connection {
                 "Kubernetes: no cluster configuration found ({e}); set KUBECONFIG, or run the server in the cluster with its service account"
             ))
         })?;
-        let calls = Arc::new(Calls::default());
-        let counted = Arc::clone(&calls);
         let layer = tower::util::MapRequestLayer::new(
             move |req: axum::http::Request<kube::client::Body>| {
-                counted.count(
+                CALLS.count(
                     req.method().as_str(),
                     req.uri().path(),
                     req.uri().query().unwrap_or(""),
@@ -211,7 +217,6 @@ impl Connection {
                 client,
                 namespace,
                 limiter: governor::RateLimiter::direct(governor::Quota::per_second(rate)),
-                calls,
                 seen: Mutex::new(Seen::default()),
                 ready,
                 ready_tx,
@@ -518,4 +523,84 @@ where
         }
     })
     .abort_handle()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chart's RBAC rules as (resource, verbs), read from the template's flow lists.
+    fn chart_rules() -> BTreeMap<String, Vec<String>> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../charts/sluice/templates/rbac.yaml"
+        );
+        let text = std::fs::read_to_string(path).expect("the chart's rbac.yaml");
+        let list = |line: &str, key: &str| -> Option<Vec<String>> {
+            let rest = line.trim().strip_prefix(key)?.trim();
+            let inner = rest.strip_prefix('[')?.strip_suffix(']')?;
+            Some(inner.split(',').map(|v| v.trim().to_owned()).collect())
+        };
+        let mut rules = BTreeMap::new();
+        let mut resources: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if let Some(r) = list(line, "resources:") {
+                resources = r;
+            } else if let Some(mut verbs) = list(line, "verbs:") {
+                verbs.sort();
+                for r in resources.drain(..) {
+                    rules.insert(r, verbs.clone());
+                }
+            }
+        }
+        rules
+    }
+
+    #[test]
+    fn the_charts_role_grants_exactly_the_calls_the_executor_makes() {
+        let code: BTreeMap<String, Vec<String>> = VERBS
+            .iter()
+            .map(|(r, v)| {
+                let mut v: Vec<String> = v.iter().map(|s| (*s).to_owned()).collect();
+                v.sort();
+                ((*r).to_owned(), v)
+            })
+            .collect();
+        assert_eq!(chart_rules(), code);
+    }
+
+    #[test]
+    fn calls_are_named_by_verb_and_resource() {
+        let calls = Calls {
+            total: AtomicU64::new(0),
+            by: Mutex::new(BTreeMap::new()),
+        };
+        calls.count("POST", "/api/v1/namespaces/ns/pods", "");
+        calls.count(
+            "GET",
+            "/api/v1/namespaces/ns/pods",
+            "labelSelector=a&watch=true",
+        );
+        calls.count("GET", "/api/v1/namespaces/ns/pods", "labelSelector=a");
+        calls.count(
+            "GET",
+            "/api/v1/namespaces/ns/pods/p-0/log",
+            "container=step",
+        );
+        calls.count("DELETE", "/api/v1/namespaces/ns/pods/p-0", "");
+        calls.count("GET", "/api/v1/nodes", "watch=true");
+        let by = calls.by.lock().expect("counts");
+        let names: Vec<&str> = by.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "create pods",
+                "delete pods",
+                "get pods/log",
+                "list pods",
+                "watch nodes",
+                "watch pods"
+            ]
+        );
+    }
 }

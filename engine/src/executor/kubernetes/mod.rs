@@ -181,7 +181,10 @@ impl Kube {
     }
 
     /// The Kubernetes node of each Cluster node index: a pool's nodes are the cluster's Ready
-    /// nodes carrying all of its labels, by name, as many as the pool declares.
+    /// nodes carrying all of its labels, by name, as many as the pool declares. A node that
+    /// is lost gives its place to the next one with the pool's labels (the scheduler's nodes
+    /// stay the ones the Cluster declares; following the cluster's nodes into the scheduler is
+    /// not done yet).
     async fn node_names(&self, indices: &[usize]) -> Result<Vec<String>, Error> {
         self.conn.listed().await;
         let seen = self.conn.seen();
@@ -246,6 +249,13 @@ impl Kube {
         };
         let now = Instant::now();
         let mut workers = Vec::with_capacity(at.workers as usize);
+        // A pod deleted by anyone but sluice (kubectl, a drain) is lost, once its runtime has
+        // ended (and synced its last checkpoint); one sluice deleted ends as its runtime says.
+        let asked = self
+            .conn
+            .stopping
+            .lock()
+            .is_ok_and(|s| s.contains(at.handle().as_str()));
         {
             let seen = self.conn.seen();
             for i in 0..at.workers {
@@ -261,9 +271,17 @@ impl Kube {
                     {
                         state = Worker::Lost(format!("node {node} lost ({why})"));
                     }
+                    let deleting = p.metadata.deletion_timestamp.is_some();
+                    if deleting && !asked && matches!(state, Worker::Ended { killed: None }) {
+                        state = Worker::Lost(format!("the pod {name} was deleted"));
+                    }
                     Some((state, false))
                 } else {
-                    seen.deleted.get(&name).map(|p| (status::of(p), true))
+                    seen.deleted.get(&name).map(|p| match status::of(p) {
+                        Worker::Lost(why) => (Worker::Lost(why), true),
+                        _ if !asked => (Worker::Lost(format!("the pod {name} was deleted")), true),
+                        other => (other, true),
+                    })
                 };
                 workers.push(found);
             }
