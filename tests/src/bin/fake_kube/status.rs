@@ -86,7 +86,10 @@ pub fn condition_msg(
     }
     if let Some(list) = s["conditions"].as_array_mut() {
         match list.iter_mut().find(|c| c["type"] == kind) {
-            Some(old) if old["status"] == state && old["reason"] == c["reason"] => {}
+            Some(old)
+                if old["status"] == state
+                    && old["reason"] == c["reason"]
+                    && old["message"] == c["message"] => {}
             Some(old) => *old = c,
             None => list.push(c),
         }
