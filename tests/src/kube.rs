@@ -38,6 +38,23 @@ pub fn encode(s: &str) -> String {
         .collect()
 }
 
+/// A pod pinned to `node` (none when "") running `sh -c SCRIPT` in image `busybox`, labelled
+/// `app: fake-test`.
+pub fn pod(name: &str, node: &str, script: &str) -> serde_json::Value {
+    let mut spec = serde_json::json!({"restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script]}]});
+    if !node.is_empty() {
+        spec["nodeName"] = serde_json::json!(node);
+    }
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "fake-test"}}, "spec": spec})
+}
+
+/// A pod's `status.phase` ("" when it has none).
+pub fn phase(p: &serde_json::Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or_default()
+}
+
 impl FakeKube {
     /// `fake-kube --work WORK/cluster --node N... --image NAME=ROOT...`; waits until it
     /// listens.
@@ -195,6 +212,60 @@ impl FakeKube {
             &format!("/api/v1/namespaces/{ns}/pods/{name}{q}"),
             None,
         )
+    }
+
+    /// Waits (up to the test deadline) until the pod as the API has it satisfies `cond`
+    /// (`Null` when it is not there); returns it.
+    pub fn wait_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        cond: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + crate::wait::deadline();
+        loop {
+            let p = self.pod(ns, name);
+            if cond(&p) {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name}: timed out waiting for {what}: {p:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The reasons of the Events about pod `name`, oldest first.
+    pub fn event_reasons(&self, ns: &str, name: &str) -> Vec<String> {
+        let path = format!(
+            "/api/v1/namespaces/{ns}/events?fieldSelector={}",
+            encode(&format!(
+                "involvedObject.name={name},involvedObject.kind=Pod"
+            ))
+        );
+        let a = self.call("GET", &path, None);
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.json()["items"]
+            .as_array()
+            .expect("an EventList")
+            .iter()
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// The pid a pod wrote into file `file` of its home (`WORK/NS/POD`), once written.
+    pub fn pid_in(&self, ns: &str, pod: &str, file: &str) -> u32 {
+        let path = self.work.join(ns).join(pod).join(file);
+        let mut pid = None;
+        crate::wait_for(&path.display().to_string(), || {
+            pid = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            pid.is_some()
+        });
+        pid.unwrap_or_default()
     }
 }
 

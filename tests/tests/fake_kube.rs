@@ -10,7 +10,10 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams, WatchEvent
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use sluice_e2e::TempDir;
-use sluice_e2e::kube::FakeKube;
+use sluice_e2e::kube::{FakeKube, phase, pod};
+
+#[path = "fake_kube/http.rs"]
+mod http;
 
 const NS: &str = "default";
 
@@ -18,65 +21,6 @@ fn client(fk: &FakeKube) -> kube::Client {
     let mut config = kube::Config::new(fk.url().parse().expect("the fake's URL"));
     config.default_namespace = NS.into();
     kube::Client::try_from(config).expect("a kube client for the fake")
-}
-
-fn pod(name: &str, node: &str, script: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "fake-test"}},
-        "spec": {"nodeName": node, "restartPolicy": "Never",
-                 "containers": [{"name": "main", "image": "busybox",
-                                 "command": ["sh", "-c", script]}]},
-    })
-}
-
-/// Waits (up to 60 s) until the pod as the API has it satisfies `cond`; returns it.
-fn wait_pod(fk: &FakeKube, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let p = fk.pod(NS, name);
-        if cond(&p) {
-            return p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {name}: timed out waiting for {what}: {p:#}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn phase(p: &Value) -> &str {
-    p["status"]["phase"].as_str().unwrap_or_default()
-}
-
-fn events_of(fk: &FakeKube, name: &str) -> Vec<String> {
-    let a = fk.call(
-        "GET",
-        &format!("/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3D{name},involvedObject.kind%3DPod"),
-        None,
-    );
-    assert_eq!(a.status, 200, "{}", a.text());
-    let list = a.json();
-    list["items"]
-        .as_array()
-        .expect("an EventList")
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-/// The pid a pod wrote into its home (`WORK/NS/POD/FILE`), once written.
-fn pid_in(fk: &FakeKube, pod: &str, file: &str) -> u32 {
-    let path = fk.work.join(NS).join(pod).join(file);
-    let mut pid = None;
-    sluice_e2e::wait_for(&format!("{}", path.display()), || {
-        pid = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
-        pid.is_some()
-    });
-    pid.unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,8 +126,8 @@ async fn delete_sigterms_the_main_process_then_kills_its_tree_and_the_pod_goes()
     pods.create(&PostParams::default(), &p)
         .await
         .expect("create");
-    let child = pid_in(&fk, "trap", "child.pid");
-    wait_pod(&fk, "trap", "Running", |p| phase(p) == "Running");
+    let child = fk.pid_in(NS, "trap", "child.pid");
+    fk.wait_pod(NS, "trap", "Running", |p| phase(p) == "Running");
     let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
     // The watcher lists, then watches: it is watching once the list is done.
     loop {
@@ -249,7 +193,7 @@ fn empty_dir_mount_paths_are_host_folders_in_commands_and_env() {
     main["env"] = json!([{"name": "SPEC", "value": "{\"x\":\"/sluice-pod/data/x\"}"}]);
     main["workingDir"] = json!("/sluice-pod");
     assert_eq!(fk.create_pod_json(NS, &p).status, 201);
-    let done = wait_pod(&fk, "vol", "Succeeded", |p| phase(p) == "Succeeded");
+    let done = fk.wait_pod(NS, "vol", "Succeeded", |p| phase(p) == "Succeeded");
     let init = &done["status"]["initContainerStatuses"][0]["state"]["terminated"];
     assert_eq!(
         (init["exitCode"].clone(), init["reason"].clone()),
@@ -283,7 +227,7 @@ async fn a_watch_from_before_the_history_is_410_and_a_relist_recovers() {
         );
     }
     for i in 0..4 {
-        wait_pod(&fk, &format!("p{i}"), "Succeeded", |p| {
+        fk.wait_pod(NS, &format!("p{i}"), "Succeeded", |p| {
             phase(p) == "Succeeded"
         });
     }
@@ -347,11 +291,11 @@ fn evict_oom_and_bad_image_give_the_statuses_kubernetes_gives() {
     let fk = FakeKube::start(dir.path(), &["n1"], &[]);
     for name in ["ev", "oom"] {
         fk.create_pod_json(NS, &pod(name, "n1", "echo $$ > $HOME/main.pid; sleep 30"));
-        wait_pod(&fk, name, "Running", |p| phase(p) == "Running");
+        fk.wait_pod(NS, name, "Running", |p| phase(p) == "Running");
     }
-    pid_in(&fk, "ev", "main.pid");
+    fk.pid_in(NS, "ev", "main.pid");
     fk.evict(NS, "ev");
-    let ev = wait_pod(&fk, "ev", "evicted", |p| phase(p) == "Failed");
+    let ev = fk.wait_pod(NS, "ev", "evicted", |p| phase(p) == "Failed");
     assert_eq!(ev["status"]["reason"], "Evicted");
     assert!(
         ev["status"]["message"]
@@ -361,11 +305,11 @@ fn evict_oom_and_bad_image_give_the_statuses_kubernetes_gives() {
     );
     let code = &ev["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"];
     assert!(*code == json!(143) || *code == json!(137), "{code}");
-    assert!(events_of(&fk, "ev").contains(&"Evicted".to_owned()));
+    assert!(fk.event_reasons(NS, "ev").contains(&"Evicted".to_owned()));
 
-    let main = pid_in(&fk, "oom", "main.pid");
+    let main = fk.pid_in(NS, "oom", "main.pid");
     fk.oom(NS, "oom");
-    let oom = wait_pod(&fk, "oom", "OOMKilled", |p| phase(p) == "Failed");
+    let oom = fk.wait_pod(NS, "oom", "OOMKilled", |p| phase(p) == "Failed");
     let t = &oom["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(
         (t["reason"].clone(), t["exitCode"].clone()),
@@ -377,7 +321,7 @@ fn evict_oom_and_bad_image_give_the_statuses_kubernetes_gives() {
     let mut bad = pod("bad", "n1", "true");
     bad["spec"]["containers"][0]["image"] = json!("registry.example/missing:1");
     fk.create_pod_json(NS, &bad);
-    let p = wait_pod(&fk, "bad", "ImagePullBackOff", |p| {
+    let p = fk.wait_pod(NS, "bad", "ImagePullBackOff", |p| {
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
     });
     assert_eq!(phase(&p), "Pending");
@@ -385,7 +329,7 @@ fn evict_oom_and_bad_image_give_the_statuses_kubernetes_gives() {
         p["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
         "Back-off pulling image \"registry.example/missing:1\""
     );
-    let reasons = events_of(&fk, "bad");
+    let reasons = fk.event_reasons(NS, "bad");
     assert!(
         reasons.contains(&"Failed".into()) && reasons.contains(&"BackOff".into()),
         "{reasons:?}"
@@ -397,8 +341,8 @@ async fn a_lost_node_kills_its_pods_and_turns_unknown_and_unscheduled_pods_say_w
     let dir = TempDir::new("fk-lose");
     let fk = FakeKube::start(dir.path(), &["n1", "n2"], &[]);
     fk.create_pod_json(NS, &pod("on2", "n2", "echo $$ > $HOME/main.pid; sleep 30"));
-    let main = pid_in(&fk, "on2", "main.pid");
-    wait_pod(&fk, "on2", "Running", |p| phase(p) == "Running");
+    let main = fk.pid_in(NS, "on2", "main.pid");
+    fk.wait_pod(NS, "on2", "Running", |p| phase(p) == "Running");
     fk.lose_node("n2", false);
     sluice_e2e::wait_for("the lost node's process killed", || {
         !sluice_e2e::alive(main)
@@ -427,7 +371,7 @@ async fn a_lost_node_kills_its_pods_and_turns_unknown_and_unscheduled_pods_say_w
     );
 
     fk.create_pod_json(NS, &pod("nowhere", "", "true"));
-    let p = wait_pod(&fk, "nowhere", "Unschedulable", |p| {
+    let p = fk.wait_pod(NS, "nowhere", "Unschedulable", |p| {
         p["status"]["conditions"][0]["reason"] == "Unschedulable"
     });
     assert_eq!(phase(&p), "Pending");
@@ -448,7 +392,7 @@ async fn a_lost_node_kills_its_pods_and_turns_unknown_and_unscheduled_pods_say_w
         "nowhere",
         "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
     );
-    let p = wait_pod(&fk, "nowhere", "the new message", |p| {
+    let p = fk.wait_pod(NS, "nowhere", "the new message", |p| {
         p["status"]["conditions"][0]["message"]
             == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
     });
