@@ -347,7 +347,14 @@ async fn a_lost_node_kills_its_pods_and_turns_unknown_and_unscheduled_pods_say_w
     sluice_e2e::wait_for("the lost node's process killed", || {
         !sluice_e2e::alive(main)
     });
-    let nodes: Api<Node> = Api::all(client(&fk));
+    // Through the kubeconfig FakeKube writes, as a kubectl-like client would.
+    let kc = kube::config::Kubeconfig::read_from(fk.kubeconfig(dir.path())).expect("kubeconfig");
+    let opts = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .expect("config");
+    assert_eq!(config.default_namespace, NS);
+    let nodes: Api<Node> = Api::all(kube::Client::try_from(config).expect("client"));
     let n2 = nodes.get("n2").await.expect("n2 is still there");
     let ready = n2.status.and_then(|s| s.conditions).unwrap_or_default();
     let ready = ready

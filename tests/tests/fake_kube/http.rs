@@ -282,3 +282,26 @@ fn a_watch_selects_and_ends_cleanly_at_its_timeout() {
         );
     }
 }
+
+#[test]
+fn a_forced_delete_ends_a_pod_that_ignores_sigterm() {
+    let dir = TempDir::new("fk-force");
+    let fk = FakeKube::start(dir.path(), &["n1"], &[]);
+    let script = "trap '' TERM; echo $$ > $HOME/main.pid; sleep 60 & wait; sleep 60";
+    fk.create_pod_json(NS, &pod("stubborn", "n1", script));
+    let main = fk.pid_in(NS, "stubborn", "main.pid");
+    fk.wait_pod(NS, "stubborn", "Running", |p| phase(p) == "Running");
+    let first = fk.delete_pod(NS, "stubborn", Some(60));
+    assert_eq!(first.status, 200);
+    assert_eq!(first.json()["metadata"]["deletionGracePeriodSeconds"], 60);
+    assert!(first.json()["metadata"]["deletionTimestamp"].is_string());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(sluice_e2e::alive(main), "SIGTERM is ignored: it still runs");
+    assert_eq!(fk.delete_pod(NS, "stubborn", Some(0)).status, 200);
+    assert_eq!(
+        fk.pod(NS, "stubborn"),
+        Value::Null,
+        "a forced delete removes it at once"
+    );
+    sluice_e2e::wait_for("the stubborn pod killed", || !sluice_e2e::alive(main));
+}

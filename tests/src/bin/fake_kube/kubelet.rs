@@ -322,10 +322,17 @@ async fn container_run(
 /// set, SIGTERM to the main process, SIGKILL to its tree after the grace, then removed.
 pub fn delete(app: &Shared, ns: &str, name: &str, grace: Option<i64>) -> Option<Value> {
     let pod = app.lock().get("pods", ns, name).cloned()?;
+    let p = PodRef::of(&pod);
     if !pod["metadata"]["deletionTimestamp"].is_null() {
+        // Already terminating: only a forced delete (grace 0) changes anything.
+        if grace == Some(0) {
+            if let Some((Some(pid), _)) = app.kubelet.request_stop(&p.uid, Stop::Delete) {
+                procs::kill_tree(pid);
+            }
+            return status::remove(app, &p);
+        }
         return Some(pod);
     }
-    let p = PodRef::of(&pod);
     let grace = grace
         .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
         .unwrap_or(30)

@@ -46,7 +46,11 @@ pub fn update(app: &Shared, p: &PodRef, change: impl FnOnce(&mut Value)) {
     if let Some(obj) = updated
         && let Some(rec) = store.pods.get_mut(&(p.ns.clone(), p.name.clone()))
     {
-        rec.phase = field(&obj, "status.phase");
+        let phase = field(&obj, "status.phase");
+        if rec.phase != phase {
+            eprintln!("fake-kube: pod {}/{}: {phase}", p.ns, p.name);
+        }
+        rec.phase = phase;
     }
 }
 
