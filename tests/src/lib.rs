@@ -6,6 +6,7 @@
 
 pub mod crashy;
 pub mod http;
+pub mod kube;
 pub mod postgres;
 pub mod s3;
 pub mod server;
