@@ -189,6 +189,10 @@ pub struct CheckpointSpec {
     pub prefix: String,
     /// Complete checkpoints kept.
     pub keep: usize,
+    /// Restore before the program starts, never sync: the other workers of a gang on
+    /// Kubernetes, where only rank 0 syncs.
+    #[serde(default)]
+    pub restore_only: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
