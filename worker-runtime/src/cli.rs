@@ -4,16 +4,20 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: sluice-runtime exec ATTEMPT_DIR
        sluice-runtime serve
+       sluice-runtime install DEST
 
-exec:  runs one attempt of a step, as the sluice engine prepared it in ATTEMPT_DIR
-       (launch.json), and records its end in ATTEMPT_DIR/result.json.
-serve: runs the attempts named on standard input (one `exec NUMBER STEP DIR` line each,
-       tab-separated), each as `exec` would, answering `ended NUMBER STEP` on standard
-       output; used by the local engine to start one runtime per run, not per attempt.";
+exec:    runs one attempt of a step, as the sluice engine prepared it in ATTEMPT_DIR
+         (launch.json), and records its end in ATTEMPT_DIR/result.json.
+serve:   runs the attempts named on standard input (one `exec NUMBER STEP DIR` line each,
+         tab-separated), each as `exec` would, answering `ended NUMBER STEP` on standard
+         output; used by the local engine to start one runtime per run, not per attempt.
+install: copies this binary to DEST (mode 0755, folders created); what a pod's init
+         container runs to put the runtime on the pod's shared volume.";
 
 /// Runs the runtime with `args` (without the program's name): `exec DIR`, `serve`,
-/// `--version`, `--help`. The `sluice` binary calls this too, so that one binary is enough on a
-/// machine (`sluice runtime serve`, or `sluice` installed under the name `sluice-runtime`).
+/// `install DEST`, `--version`, `--help`. The `sluice` binary calls this too, so that one
+/// binary is enough on a machine (`sluice runtime serve`, or `sluice` installed under the
+/// name `sluice-runtime`).
 pub fn main(args: &[String]) -> ExitCode {
     match args
         .iter()
@@ -30,6 +34,13 @@ pub fn main(args: &[String]) -> ExitCode {
         },
         ["serve"] => match crate::serve::serve() {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sluice-runtime: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        ["install", dest] => match crate::install::install(std::path::Path::new(dest)) {
+            Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("sluice-runtime: error: {e}");
                 ExitCode::from(1)

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod contract;
 pub mod exec;
 mod files;
+pub mod install;
 pub mod metrics;
 pub mod objects;
 pub mod serve;
