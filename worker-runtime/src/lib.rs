@@ -13,6 +13,7 @@ mod files;
 pub mod install;
 pub mod metrics;
 pub mod objects;
+pub mod pod;
 pub mod serve;
 pub mod stores;
 pub mod time;
