@@ -12,13 +12,59 @@
 //! | `collector/PATH` | the program: Katib's `File` collector's file ([`MetricsFile`]), at its path under the attempt's folder | while the program runs |
 //! | `terminate` | engine | to stop the attempt: the runtime checks for it every 50 ms |
 //! | `lost` | engine | the attempt was declared lost (no heartbeat): no more syncs for it |
+//! | `result.json` ([`Result`]) | runtime | last, atomically (write, rename): the attempt has ended |
 //!
 //! The heartbeat is the lock's modification time, touched every `heartbeat_ms` from the
 //! moment the runtime takes the lock.
-//! | `result.json` ([`Result`]) | runtime | last, atomically (write, rename): the attempt has ended |
 //!
 //! The engine never acts on an attempt without reading these files: after a crash it learns
 //! everything it needs from them, which is how steps outlive the engine.
+//!
+//! # Pod mode (Kubernetes)
+//!
+//! On Kubernetes each worker of an attempt is a pod: an init container runs
+//! `/sluice-runtime install /sluice-pod/bin/sluice-runtime` from the runtime image (a copy of
+//! the binary, mode 0755, onto a volume shared with the step's container), and the step's
+//! container runs `sluice-runtime pod`. The pod has no Kubernetes credentials and the engine
+//! cannot read its files: everything goes through the object store ([`Launch::objects`],
+//! S3 configured from the `AWS_*` environment).
+//!
+//! The environment of `sluice-runtime pod`:
+//!
+//! | variable | |
+//! | --- | --- |
+//! | `SLUICE_POD_LAUNCH` | required: this worker's [`Launch`] as JSON, `workers` 1 (a gang's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ... are in its `env`, set by the engine). An empty `workdir` is the container's working directory. |
+//! | `SLUICE_POD_KEY` | required: the key prefix of this worker's record, no trailing slash (`teams/T/attempts/RUN/STEP/N/w0`), written `KEY` below |
+//! | `SLUICE_POD_DIR` | the local folder of the attempt's files above (default `/sluice-pod/attempt`), created if missing; `launch.json` is written into it |
+//!
+//! The attempt runs there exactly as `exec` runs it (inputs, checkpoints, outputs, timeout,
+//! SIGTERM to the program's group, grace, SIGKILL, final checkpoint sync, `result.json`), and
+//! the runtime writes under `KEY/`:
+//!
+//! | key | when |
+//! | --- | --- |
+//! | `KEY/heartbeat` | from the start, rewritten every `heartbeat_ms`: the current RFC 3339 time (how the engine tells whether a worker on an unreachable node is alive) |
+//! | `KEY/started.json` ([`Started`]) | once the program is spawned (its pids are the pod's own, for information) |
+//! | `KEY/metrics.jsonl` | while the program runs, when it grew (whole lines only), every `heartbeat_ms` or 2 s, whichever is shorter; at the end, whole |
+//! | `KEY/output.log` | at the end (if the program printed anything) |
+//! | `KEY/result.json` ([`Result`]) | at the end, LAST: its presence means the worker ended |
+//!
+//! At the end, in this order: `started.json` (if not yet there and the program started),
+//! `output.log`, `metrics.jsonl`, then `result.json`. Each final upload is tried 4 times with
+//! backoff (0.2, 0.4, 0.8 s), up to 30 s a try. While the attempt runs, each line of
+//! `output.log` is also printed on the runtime's standard output as written (`TIME STREAM
+//! TEXT`, as in the file), so the pod's log (`kubectl logs`) shows it live; the runtime's own
+//! warnings go to standard error.
+//!
+//! The exit code is 0 once `result.json` is stored, whatever the attempt's end (the engine
+//! reads the result); 2 when the pod is configured wrong (a variable missing or invalid); 1
+//! when the runtime itself failed (the store cannot be opened, `result.json` cannot be
+//! stored, ...), with the reason on standard error. SIGTERM (the kubelet, when the engine
+//! deletes the pod to preempt or cancel it) ends the attempt `Terminated` as in `exec` and
+//! still stores everything: the pod's `terminationGracePeriodSeconds` must cover
+//! `grace_ms`, the final checkpoint sync and the final uploads. `terminate` and `lost` are not
+//! used in pod mode (the engine deletes the pod instead). Only rank 0 of a gang syncs
+//! checkpoints: the others have [`CheckpointSpec::restore_only`].
 //!
 //! This module has no dependencies beyond serde, so the engine can use it without linking
 //! anything else of the runtime.
@@ -189,6 +235,10 @@ pub struct CheckpointSpec {
     pub prefix: String,
     /// Complete checkpoints kept.
     pub keep: usize,
+    /// Restore before the program starts, never sync: the other workers of a gang on
+    /// Kubernetes, where only rank 0 syncs.
+    #[serde(default)]
+    pub restore_only: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

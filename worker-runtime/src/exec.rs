@@ -430,8 +430,10 @@ fn run(
     // Checkpoint syncs while the program runs, on their own thread: a slow or failing store
     // never holds the program up.
     let (stop_sync, stop_rx) = mpsc::channel::<()>();
+    // A `restore_only` worker (not rank 0 of a gang on Kubernetes) restored above and never
+    // syncs: no periodic sync, and no final one (which needs the syncer's checkpoints).
     let syncer = match (checkpoints, &launch.checkpoint) {
-        (Some(mut c), Some(spec)) => {
+        (Some(mut c), Some(spec)) if !spec.restore_only => {
             let every = Duration::from_millis(spec.every_ms.max(10));
             let ckpt_dir = launch.checkpoint_dir.clone();
             let log = Arc::clone(&log);

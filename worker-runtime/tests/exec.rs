@@ -419,3 +419,64 @@ fn an_unreadable_launch_fails_the_attempt_saying_so() {
         "{r:?}"
     );
 }
+
+/// The checkpoint objects stored under the step's prefix, by name relative to it.
+fn checkpoint_objects(tmp: &Tmp) -> Vec<String> {
+    let root = tmp.0.join("objects/ck");
+    let mut out = Vec::new();
+    let mut todo = vec![root.clone()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(rel) = path.strip_prefix(&root) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_restore_only_worker_restores_the_checkpoint_and_never_syncs_one() {
+    let tmp = Tmp::new("restore-only");
+    let spec = contract::CheckpointSpec {
+        every_ms: 20,
+        prefix: "ck".into(),
+        keep: 3,
+        restore_only: false,
+    };
+    // A syncing worker leaves checkpoint 1.
+    let ckpt = tmp.dir().join("ckpt");
+    let mut l = launch(&tmp, &format!("echo 1 > {}/step", ckpt.display()));
+    l.checkpoint = Some(spec.clone());
+    assert_eq!(run(&tmp, &l).end, End::Succeeded);
+    let first = checkpoint_objects(&tmp);
+    assert_eq!(
+        first,
+        vec!["0000000001/MANIFEST.json", "0000000001/data/step"]
+    );
+
+    // A restore-only one sees it, changes the folder long enough for periodic syncs, and
+    // stores nothing.
+    let again = Tmp::new("restore-only-2");
+    std::fs::rename(tmp.0.join("objects"), again.0.join("objects")).expect("move the store");
+    let ckpt = again.dir().join("ckpt");
+    let mut l = launch(
+        &again,
+        &format!(
+            "echo restored=$(cat {c}/step); echo 2 > {c}/step; sleep 0.3; echo 3 > {c}/other",
+            c = ckpt.display()
+        ),
+    );
+    l.checkpoint = Some(contract::CheckpointSpec {
+        restore_only: true,
+        ..spec
+    });
+    let r = run(&again, &l);
+    assert_eq!(r.end, End::Succeeded, "{r:?}");
+    assert!(log(&again).contains("out restored=1"), "{}", log(&again));
+    assert_eq!(checkpoint_objects(&again), first, "nothing new was synced");
+}

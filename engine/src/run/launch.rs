@@ -301,6 +301,7 @@ pub fn build(
             every_ms: millis(every),
             prefix: checkpoint_prefix(&run.team, &run.id, &row.name),
             keep: settings.keep_checkpoints,
+            restore_only: false,
         }),
         workers: step.resources.workers.max(1),
         heartbeat_ms: millis(settings.heartbeat_every()),
