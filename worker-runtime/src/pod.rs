@@ -3,8 +3,9 @@
 //! The pod has no Kubernetes credentials and the engine cannot see its files, so everything
 //! the engine reads goes through the object store, under the worker's key (see
 //! [`crate::contract`], "Pod mode"). The attempt itself runs exactly as `exec` runs it
-//! ([`crate::exec::attempt`]) in a local folder; a mirror (`pod/mirror.rs`) copies what the engine
-//! needs while it runs, and `finish` uploads the rest once it ended, `result.json` last.
+//! ([`crate::exec::attempt`]) in a local folder; a mirror (`pod/mirror.rs`) copies what the
+//! engine needs while it runs, and `finish` uploads the rest once it ended, `result.json`
+//! last.
 
 mod mirror;
 
