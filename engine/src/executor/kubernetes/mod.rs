@@ -16,7 +16,7 @@ pub mod names;
 mod record;
 pub mod status;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,8 +29,8 @@ use super::{
     AttemptId, Capacity, Error, Event, Executor, Handle, Placement, Probe, Reason, Settings,
 };
 use crate::spec::model::{ClusterPool, KubernetesSpec};
-pub use connection::calls;
 use connection::{Change, Connection};
+pub use connection::{VERBS, calls};
 use status::Worker;
 
 const PREFIX: &str = "kubernetes:";
@@ -131,8 +131,14 @@ pub struct Kube {
     watched: HashMap<String, Watched>,
     by_pod: HashMap<String, String>,
     events: VecDeque<Event>,
+    /// Attempts to look at again (their pods changed), until looked at.
+    dirty: HashSet<String>,
+    last_sweep: Instant,
     uploads: tokio::task::JoinSet<()>,
 }
+
+/// How often every followed attempt is looked at, changed or not (for its timeouts).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Drop for Kube {
     fn drop(&mut self) {
@@ -171,9 +177,23 @@ impl Kube {
             watched: HashMap::new(),
             by_pod: HashMap::new(),
             events: VecDeque::new(),
+            dirty: HashSet::new(),
+            last_sweep: Instant::now(),
             uploads: tokio::task::JoinSet::new(),
             conn,
         })
+    }
+
+    /// What a change means: which attempts to look at again.
+    fn note(&mut self, change: Change) {
+        match change {
+            Change::Pod(name) => {
+                if let Some(step) = self.by_pod.get(&name) {
+                    self.dirty.insert(step.clone());
+                }
+            }
+            Change::Nodes => self.dirty.extend(self.watched.keys().cloned()),
+        }
     }
 
     fn grace_seconds(&self) -> u32 {
@@ -421,15 +441,6 @@ impl Kube {
             },
         });
     }
-
-    async fn assess_all(&mut self) {
-        let steps: Vec<String> = self.watched.keys().cloned().collect();
-        for step in steps {
-            if let Some(outcome) = self.assess(&step).await {
-                self.conclude(&step, outcome);
-            }
-        }
-    }
 }
 
 /// A failed attempt that never ran, with its reason.
@@ -518,7 +529,7 @@ impl Executor for Kube {
                 // Rank 0 keeps the outputs and syncs the checkpoint; the others restore it.
                 mine.outputs.clear();
                 if let Some(c) = mine.checkpoint.as_mut() {
-                    let _ = c; // MERGE: c.restore_only = true;
+                    c.restore_only = true;
                 }
             }
             let key = at.record(worker);
@@ -678,26 +689,34 @@ impl Executor for Kube {
     }
 
     async fn next_event(&mut self) -> Event {
+        // Cancel-safe: what changed is kept in `dirty` until assessed, so a call dropped in
+        // the middle (the driver's other timers) loses nothing.
         loop {
             if let Some(event) = self.events.pop_front() {
                 return event;
             }
+            while let Ok(change) = self.rx.try_recv() {
+                self.note(change);
+            }
             // Timeouts (a pod that does not start, a node that stays away) need a look now
             // and then even when nothing changes.
-            let change = tokio::time::timeout(Duration::from_secs(1), self.rx.recv()).await;
-            match change {
-                Ok(Some(Change::Pod(name))) => {
-                    if let Some(step) = self.by_pod.get(&name).cloned()
-                        && let Some(outcome) = self.assess(&step).await
-                    {
-                        self.conclude(&step, outcome);
-                    }
+            if self.last_sweep.elapsed() >= SWEEP_EVERY {
+                self.dirty.extend(self.watched.keys().cloned());
+                self.last_sweep = Instant::now();
+            }
+            if let Some(step) = self.dirty.iter().next().cloned() {
+                let outcome = self.assess(&step).await;
+                self.dirty.remove(&step);
+                if let Some(outcome) = outcome {
+                    self.conclude(&step, outcome);
                 }
-                Ok(Some(Change::Nodes)) | Err(_) => self.assess_all().await,
-                Ok(None) => {
-                    // The connection is gone: nothing more will come.
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+                continue;
+            }
+            let wake = tokio::time::Instant::from_std(self.last_sweep + SWEEP_EVERY);
+            match tokio::time::timeout_at(wake, self.rx.recv()).await {
+                Ok(Some(change)) => self.note(change),
+                Ok(None) => tokio::time::sleep_until(wake).await,
+                Err(_) => {}
             }
         }
     }

@@ -1,0 +1,270 @@
+//! One Kubernetes installation for a test: moto (S3), the fake cluster with its nodes, the
+//! runtime image as a folder holding `sluice-runtime`, a Secret with the object store's
+//! credentials, a Cluster file saying `executor: kubernetes`, and the server.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use sluice_e2e::kube::FakeKube;
+use sluice_e2e::s3::S3;
+use sluice_e2e::server::{Server, token};
+use sluice_e2e::{Ran, Sandbox, wait_for};
+
+pub const NAMESPACE: &str = "default";
+pub const RUNTIME_IMAGE: &str = "sluice.test/runtime:dev";
+
+pub struct Cluster {
+    pub server: Server,
+    pub kube: FakeKube,
+    pub s3: S3,
+    pub token: String,
+    pub sb: Sandbox,
+    env: Vec<(String, String)>,
+    cluster: PathBuf,
+}
+
+/// The Cluster file: one pool `gpu` of two nodes with 4 GPUs each (the fake's nodes labelled
+/// `pool=gpu`), team `vision`, short timeouts; `extra` is appended to its spec.
+fn cluster_yaml(objects: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {{name: fake}}
+spec:
+  executor: kubernetes
+  kubernetes:
+    namespace: {NAMESPACE}
+    runtimeImage: {RUNTIME_IMAGE}
+    objectsSecret: sluice-objects
+    podStartTimeout: 5s
+  objects: {objects}
+  pools:
+    - name: gpu
+      nodes: 2
+      resources: {{gpu: 4, cpu: 16, memory: 64Gi}}
+      labels: {{pool: gpu}}
+  teams:
+    - {{name: vision}}
+  runtime: {{heartbeatTimeout: 3s}}
+  preemption: {{gracePeriod: 5s}}
+{extra}"#
+    )
+}
+
+impl Cluster {
+    /// Everything started, the server ready; `nodes` are the fake's node names (each with 4
+    /// GPUs and the pool's label).
+    pub fn start(tag: &str, nodes: &[&str], extra: &str) -> Cluster {
+        let sb = Sandbox::new(tag);
+        let s3 = S3::start("sluice-k8s");
+        let image = sb.path().join("images/runtime");
+        std::fs::create_dir_all(&image).expect("image folder");
+        std::os::unix::fs::symlink(
+            sluice_e2e::bin("sluice-runtime"),
+            image.join("sluice-runtime"),
+        )
+        .expect("the runtime in its image");
+        let specs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("{n}:gpu=4,cpu=16,memory=64Gi,label.pool=gpu"))
+            .collect();
+        let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+        let kube = FakeKube::start(
+            &sb.path().join("kube"),
+            &specs,
+            &[(RUNTIME_IMAGE, image.as_path())],
+        );
+        let mut secret = serde_json::Map::new();
+        for (k, v) in s3.env() {
+            secret.insert(k.to_owned(), json!(v));
+        }
+        let made = kube.call(
+            "POST",
+            &format!("/api/v1/namespaces/{NAMESPACE}/secrets"),
+            Some(&json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "sluice-objects"}, "stringData": secret})),
+        );
+        assert_eq!(made.status, 201, "the objects Secret: {}", made.text());
+        // From here on, the calls counted are the server's (and the tests' own reads).
+        kube.reset_calls();
+        let kubeconfig = kube.kubeconfig(sb.path());
+        let cluster = sb.write("cluster.yaml", &cluster_yaml(&s3.url("sluice"), extra));
+        let mut env: Vec<(String, String)> = s3
+            .env()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
+        let (_, token) = token(&sb, "vision", "member", &[]);
+        let server = start_server(&sb, &cluster, &env);
+        Cluster {
+            server,
+            kube,
+            s3,
+            token,
+            sb,
+            env,
+            cluster,
+        }
+    }
+
+    /// SIGKILL to the server, and a new one on the same home.
+    pub fn restart_server(&mut self) {
+        self.server.kill();
+        self.server = start_server(&self.sb, &self.cluster, &self.env);
+    }
+
+    /// Submits a pipeline through the API: its run's id.
+    pub fn submit(&self, source: &str, params: &[&str]) -> String {
+        let a = self.server.call(
+            "POST",
+            "/api/v1/runs",
+            Some(&self.token),
+            Some(&json!({"source": source, "path": "p.yaml", "params": params})),
+        );
+        assert_eq!(a.status, 201, "submit: {}", a.text());
+        a.json()["id"].as_str().expect("an id").to_owned()
+    }
+
+    pub fn run(&self, id: &str) -> Value {
+        let a = self.server.call(
+            "GET",
+            &format!("/api/v1/runs/{id}"),
+            Some(&self.token),
+            None,
+        );
+        assert_eq!(a.status, 200, "status: {}", a.text());
+        a.json()
+    }
+
+    pub fn runs(&self) -> Vec<Value> {
+        let a = self
+            .server
+            .call("GET", "/api/v1/runs", Some(&self.token), None);
+        a.json().as_array().cloned().unwrap_or_default()
+    }
+
+    /// `sluice ARGS` against the server.
+    pub fn cli(&self, args: &[&str]) -> Ran {
+        self.server.cli(&self.sb, Some(&self.token), args)
+    }
+
+    /// The pods of run `id` the fake has now (not deleted), by name.
+    pub fn live_pods(&self, id: &str) -> Vec<Value> {
+        let label = format!("sluice.dev/run={id}");
+        let a = self.kube.call(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={}",
+                sluice_e2e::kube::encode(&label)
+            ),
+            None,
+        );
+        a.json()["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits for the one running pod of step `step` of run `id`; its name.
+    pub fn running_pod(&self, id: &str, step: &str) -> String {
+        let mut name = String::new();
+        wait_for(&format!("a running pod of {step}"), || {
+            let pods = self.live_pods(id);
+            let found = pods.iter().find(|p| {
+                p["metadata"]["annotations"]["sluice.dev/step-name"] == step
+                    && p["status"]["phase"] == "Running"
+                    && p["metadata"]["deletionTimestamp"].is_null()
+            });
+            if let Some(p) = found {
+                name = p["metadata"]["name"].as_str().unwrap_or("").to_owned();
+            }
+            found.is_some()
+        });
+        name
+    }
+
+    /// Every API call the executor made (as the fake counted them) is one the chart's Role
+    /// grants.
+    pub fn assert_calls_within_the_role(&self) {
+        let granted = role();
+        let calls = self.kube.calls();
+        for (call, _) in calls["by"].as_object().expect("calls by verb") {
+            assert!(
+                granted.contains(call),
+                "the executor called `{call}`, which the chart's Role does not grant: {granted:?}"
+            );
+        }
+    }
+}
+
+fn start_server(sb: &Sandbox, cluster: &std::path::Path, env: &[(String, String)]) -> Server {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Server::start_with(sb, &["--cluster", cluster.to_str().expect("a path")], &env);
+    server.wait_ready();
+    server
+}
+
+/// `VERB RESOURCE` pairs the chart's Role and ClusterRole grant (its flow lists).
+pub fn role() -> BTreeSet<String> {
+    let text =
+        std::fs::read_to_string(sluice_e2e::root().join("charts/sluice/templates/rbac.yaml"))
+            .expect("the chart's rbac.yaml");
+    let list = |line: &str, key: &str| -> Option<Vec<String>> {
+        let inner = line
+            .trim()
+            .strip_prefix(key)?
+            .trim()
+            .strip_prefix('[')?
+            .strip_suffix(']')?
+            .to_owned();
+        Some(inner.split(',').map(|v| v.trim().to_owned()).collect())
+    };
+    let mut out = BTreeSet::new();
+    let mut resources = Vec::new();
+    for line in text.lines() {
+        if let Some(r) = list(line, "resources:") {
+            resources = r;
+        } else if let Some(verbs) = list(line, "verbs:") {
+            for r in &resources {
+                for v in &verbs {
+                    out.insert(format!("{v} {r}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Waits for run `id` to reach `state` (another end fails the test); says what the run and
+/// the fake's pods were like when it never comes.
+pub fn wait_state(k: &Cluster, id: &str, state: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let run = k.run(id);
+        if run["state"] == state {
+            return;
+        }
+        assert!(
+            run["state"] == "Running",
+            "run {id} ended {}, not {state}: {run}",
+            run["state"]
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run {id} never became {state}: {run}\npods: {}",
+            k.kube.pods()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Steps of a run's status by name.
+pub fn steps(run: &Value) -> BTreeMap<String, Value> {
+    run["steps"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|s| (s["name"].as_str().unwrap_or("").to_owned(), s.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
