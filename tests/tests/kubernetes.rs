@@ -8,7 +8,7 @@ mod kubernetes {
     pub mod setup;
 }
 
-use kubernetes::setup::{Cluster, wait_state};
+use kubernetes::setup::{Cluster, NAMESPACE, steps, wait_run, wait_state};
 use sluice_e2e::wait_for;
 
 /// The examples run unchanged: artifacts pass between steps through S3, each pod is created
@@ -57,5 +57,300 @@ fn the_diamond_and_fan_out_examples_run_unchanged_on_kubernetes() {
     let logs = k.cli(&["logs", &diamond, "report"]);
     assert_eq!(logs.code, Some(0), "{}", logs.stderr);
     assert!(logs.stdout.contains("mean=50.5"), "{}", logs.stdout);
+    k.assert_calls_within_the_role();
+}
+
+/// Two gangs of 2 workers x 4 GPUs on two 4-GPU nodes: the second has no pod at all while the
+/// first holds the nodes; each worker's pod is pinned to its own node, with the PyTorch
+/// launcher's variables and worker 0's stable name behind the gang's headless Service.
+#[test]
+fn a_gang_is_created_whole_pinned_to_its_nodes_only_once_admitted() {
+    let k = Cluster::start("k8s-gang", &["node-a", "node-b"], "");
+    let release = k.sb.path().join("release");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: gangs}
+spec:
+  params:
+    release: {type: string}
+  steps:
+    - name: first
+      resources: {workers: 2, gpu: 4, cpu: 1}
+      env: {RELEASE: "{{params.release}}"}
+      run: |
+        echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT nnodes=$PET_NNODES"
+        while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+    - name: second
+      resources: {workers: 2, gpu: 4, cpu: 1}
+      run: echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR"
+"#;
+    let param = format!("release={}", release.display());
+    let id = k.submit(source, &[&param]);
+    wait_run(&k, &id, "the first gang to run on both nodes", || {
+        let pods = k.live_pods(&id);
+        pods.iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .count()
+            == 2
+    });
+    let pods = k.live_pods(&id);
+    let mut nodes: Vec<&str> = pods
+        .iter()
+        .map(|p| p["spec"]["nodeName"].as_str().unwrap_or(""))
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["node-a", "node-b"], "one worker per node: {pods:?}");
+    for p in &pods {
+        assert_eq!(
+            p["metadata"]["annotations"]["sluice.dev/step-name"], "first",
+            "nothing of the second gang before it is admitted: {p}"
+        );
+        assert_eq!(
+            p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "4",
+            "{p}"
+        );
+    }
+    let run = k.run(&id);
+    let second = steps(&run)["second"].clone();
+    assert_eq!(second["state"], "Queued", "{run}");
+    std::fs::write(&release, "").expect("release");
+    wait_state(&k, &id, "Succeeded");
+    let services = k.kube.calls();
+    assert_eq!(services["by"]["create services"], 2, "{services}");
+    for step in ["first", "second"] {
+        let logs = k.cli(&["logs", &id, step]);
+        assert_eq!(logs.code, Some(0), "{}", logs.stderr);
+        let master = |rank: u32| -> String {
+            let line = logs
+                .stdout
+                .lines()
+                .find(|l| l.contains(&format!("rank={rank} ")))
+                .unwrap_or_else(|| panic!("no line of rank {rank}: {}", logs.stdout));
+            assert!(line.contains("world=2"), "{line}");
+            let addr = line.split("master=").nth(1).unwrap_or("");
+            addr.split([' ', ':']).next().unwrap_or("").to_owned()
+        };
+        // Worker 0's pod under the gang's Service: POD.SERVICE.NAMESPACE.svc, POD = SERVICE-0.
+        let m = master(0);
+        let service = m.split('.').nth(1).unwrap_or("");
+        assert!(service.contains(&id), "{m}");
+        assert_eq!(m, format!("{service}-0.{service}.default.svc"));
+        assert_eq!(master(1), m, "every worker meets at worker 0");
+    }
+    let first = k.cli(&["logs", &id, "first"]);
+    assert!(first.stdout.contains(":29500 nnodes=2"), "{}", first.stdout);
+}
+
+/// A checkpointing step whose pod is evicted, then deleted, then whose node is lost, resumes
+/// from its S3 checkpoint each time; the losses do not count against its retries (it has
+/// none).
+#[test]
+fn a_step_resumes_from_its_checkpoint_after_eviction_deletion_and_node_loss() {
+    let k = Cluster::start_with("k8s-resume", &["node-a", "node-b", "node-c"], 1, "");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: resume}
+spec:
+  steps:
+    - name: train
+      checkpoint: {every: 200ms}
+      command:
+        - python3
+        - -c
+        - |
+          import json, os, time
+          ckpt = os.path.join(os.environ["SLUICE_CHECKPOINT_DIR"], "state.json")
+          state = json.load(open(ckpt)) if os.path.exists(ckpt) else {"epoch": 0}
+          print(f"attempt {os.environ['SLUICE_ATTEMPT']} starts at epoch {state['epoch']} resumed={os.environ['SLUICE_RESUMED']}", flush=True)
+          while state["epoch"] < 60:
+              state["epoch"] += 1
+              with open(ckpt + ".tmp", "w") as f:
+                  json.dump(state, f)
+              os.replace(ckpt + ".tmp", ckpt)
+              time.sleep(0.1)
+"#;
+    let id = k.submit(source, &[]);
+    // Each interruption comes once the attempt has run for a while (and synced).
+    let pod = k.running_pod(&id, "train");
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    k.kube.evict(NAMESPACE, &pod);
+    let pod = wait_new_pod(&k, &id, &pod);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    k.kube.delete_pod(NAMESPACE, &pod, None);
+    let pod = wait_new_pod(&k, &id, &pod);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let node = k
+        .live_pods(&id)
+        .iter()
+        .find(|p| p["metadata"]["name"] == pod.as_str())
+        .expect("the pod")["spec"]["nodeName"]
+        .as_str()
+        .expect("a node")
+        .to_owned();
+    k.kube.lose_node(&node, false);
+    wait_state(&k, &id, "Succeeded");
+    let run = k.run(&id);
+    let train = steps(&run)["train"].clone();
+    let states: Vec<&str> = train["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| a["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states, ["Lost", "Lost", "Lost", "Succeeded"], "{run}");
+    let logs = k.cli(&["logs", &id, "train", "--attempt", "4"]);
+    let line = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("starts at epoch"))
+        .unwrap_or_else(|| panic!("{}", logs.stdout));
+    let epoch: u32 = line
+        .split("epoch ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(epoch >= 20 && line.contains("resumed=1"), "{line}");
+    let kept =
+        k.s3.keys(&format!("sluice/teams/vision/checkpoints/{id}/train/"));
+    assert!(!kept.is_empty(), "the checkpoints are in S3");
+    k.assert_calls_within_the_role();
+}
+
+/// Waits for a running pod of `train` other than `old`.
+fn wait_new_pod(k: &Cluster, id: &str, old: &str) -> String {
+    let mut name = String::new();
+    wait_for("the next attempt's pod to run", || {
+        name = k.running_pod(id, "train");
+        name != old
+    });
+    name
+}
+
+/// What Kubernetes says becomes the step's reason: an OOM kill and an image that cannot be
+/// pulled fail the step with it; a pod that cannot be scheduled says so while it waits, and
+/// is placed again once its start times out.
+#[test]
+fn kubernetes_reasons_become_the_steps_reasons() {
+    let k = Cluster::start_with("k8s-reasons", &["node-a", "node-b"], 1, "");
+    k.kube.bad_image("registry.invalid/nope:1");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: reasons}
+spec:
+  failFast: false
+  steps:
+    - name: hungry
+      run: sleep 30
+    - name: pull
+      image: registry.invalid/nope:1
+      run: "true"
+"#;
+    let id = k.submit(source, &[]);
+    let pod = k.running_pod(&id, "hungry");
+    k.kube.oom(NAMESPACE, &pod);
+    wait_state(&k, &id, "Failed");
+    let run = k.run(&id);
+    let s = steps(&run);
+    assert_eq!(s["hungry"]["state"], "Failed", "{run}");
+    assert_eq!(s["hungry"]["reason"], "OOMKilled (exit code 137)", "{run}");
+    assert_eq!(s["pull"]["state"], "Failed", "{run}");
+    let why = s["pull"]["reason"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("ImagePullBackOff: ") && why.contains("registry.invalid/nope:1"),
+        "{run}"
+    );
+    let out = k.cli(&["status", &id]);
+    assert!(
+        out.stdout.contains("OOMKilled (exit code 137)"),
+        "{}",
+        out.stdout
+    );
+
+    // node-a stops answering: for the heartbeat timeout it is still the pool's node, and a pod
+    // pinned there cannot be scheduled (the fake says so, as Kubernetes would for a node it
+    // cannot use); the step shows it, and its next attempt goes to node-b.
+    k.kube.lose_node("node-a", false);
+    let id = k.submit(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: later}\nspec:\n  steps:\n    - name: work\n      run: \"true\"\n",
+        &[],
+    );
+    wait_for("the step to say it cannot be scheduled", || {
+        steps(&k.run(&id))["work"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("Unschedulable: "))
+    });
+    wait_state(&k, &id, "Succeeded");
+    k.assert_calls_within_the_role();
+}
+
+/// The server is killed (SIGKILL) while steps run, three times, and started again: it adopts
+/// the pods it made; none is created twice and every step's program ran exactly once (an
+/// attempt whose pod the dying server never created is lost, and the next one is its only
+/// run).
+#[test]
+fn a_server_killed_mid_run_adopts_its_pods_and_creates_none_twice() {
+    let mut k = Cluster::start("k8s-kill", &["node-a", "node-b"], "");
+    let marks = k.sb.path().join("marks");
+    std::fs::create_dir_all(&marks).expect("marks");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: steady}
+spec:
+  params:
+    marks: {type: string}
+  steps:
+    - name: a
+      env: {MARKS: "{{params.marks}}"}
+      run: echo ran >> "$MARKS/$SLUICE_STEP"; sleep 1.5
+    - name: b
+      needs: [a]
+      env: {MARKS: "{{params.marks}}"}
+      run: echo ran >> "$MARKS/$SLUICE_STEP"; sleep 1
+    - name: c
+      needs: [a]
+      env: {MARKS: "{{params.marks}}"}
+      run: echo ran >> "$MARKS/$SLUICE_STEP"; sleep 1
+    - name: d
+      needs: [b, c]
+      env: {MARKS: "{{params.marks}}"}
+      run: echo ran >> "$MARKS/$SLUICE_STEP"; sleep 1
+"#;
+    let param = format!("marks={}", marks.display());
+    let id = k.submit(source, &[&param]);
+    // Killed once a starts, once b and c start, once d starts: each time with pods in flight
+    // (or just made, or about to be).
+    for step in ["a", "b", "d"] {
+        wait_for(&format!("step {step} to start"), || {
+            let state = &steps(&k.run(&id))[step]["state"];
+            state != "Pending" && state != "Queued"
+        });
+        k.restart_server();
+    }
+    wait_state(&k, &id, "Succeeded");
+    let run = k.run(&id);
+    for (name, step) in steps(&run) {
+        assert_eq!(step["state"], "Succeeded", "{run}");
+        let ran = std::fs::read_to_string(marks.join(&name)).unwrap_or_default();
+        assert_eq!(
+            ran.lines().count(),
+            1,
+            "step {name} ran {} times: {run}",
+            ran.lines().count()
+        );
+        for a in step["attempts"].as_array().expect("attempts") {
+            assert!(
+                a["state"] == "Succeeded"
+                    || a["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("never created")),
+                "{run}"
+            );
+        }
+    }
+    let pods = k.kube.pods();
+    for p in pods.as_array().expect("pods") {
+        assert_eq!(p["created"], 1, "a pod created twice: {p}");
+    }
     k.assert_calls_within_the_role();
 }

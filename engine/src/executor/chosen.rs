@@ -11,7 +11,7 @@ use super::{AttemptId, Capacity, Error, Event, Executor, Handle, Placement, Prob
 
 pub enum Chosen {
     Local(Local),
-    Kubernetes(Box<Kube>),
+    Kubernetes(Kube),
 }
 
 macro_rules! each {

@@ -92,6 +92,12 @@ pub enum Event {
     /// The attempt is gone without an end (its runtime died, or was silent past the heartbeat
     /// timeout and has been fenced off): the step may run again.
     Lost { attempt: AttemptId, reason: String },
+    /// The attempt's workers do not run yet, and why (`Unschedulable: ...`), or (None) no
+    /// longer wait: the step's reason, shown while it lasts.
+    Waiting {
+        attempt: AttemptId,
+        reason: Option<String>,
+    },
 }
 
 /// The room an executor's machine offers (the local pool); a cluster executor's room is its

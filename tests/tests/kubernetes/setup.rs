@@ -24,9 +24,9 @@ pub struct Cluster {
     cluster: PathBuf,
 }
 
-/// The Cluster file: one pool `gpu` of two nodes with 4 GPUs each (the fake's nodes labelled
-/// `pool=gpu`), team `vision`, short timeouts; `extra` is appended to its spec.
-fn cluster_yaml(objects: &str, extra: &str) -> String {
+/// The Cluster file: one pool `gpu` of `pool` nodes with 4 GPUs each (the fake's nodes
+/// labelled `pool=gpu`), team `vision`, short timeouts; `extra` is appended to its spec.
+fn cluster_yaml(objects: &str, pool: usize, extra: &str) -> String {
     format!(
         r#"apiVersion: sluice.dev/v1
 kind: Cluster
@@ -41,7 +41,7 @@ spec:
   objects: {objects}
   pools:
     - name: gpu
-      nodes: 2
+      nodes: {pool}
       resources: {{gpu: 4, cpu: 16, memory: 64Gi}}
       labels: {{pool: gpu}}
   teams:
@@ -56,6 +56,11 @@ impl Cluster {
     /// Everything started, the server ready; `nodes` are the fake's node names (each with 4
     /// GPUs and the pool's label).
     pub fn start(tag: &str, nodes: &[&str], extra: &str) -> Cluster {
+        Self::start_with(tag, nodes, 2, extra)
+    }
+
+    /// As [`Cluster::start`], the pool declaring `pool` nodes.
+    pub fn start_with(tag: &str, nodes: &[&str], pool: usize, extra: &str) -> Cluster {
         let sb = Sandbox::new(tag);
         let s3 = S3::start("sluice-k8s");
         let image = sb.path().join("images/runtime");
@@ -89,7 +94,10 @@ impl Cluster {
         // From here on, the calls counted are the server's (and the tests' own reads).
         kube.reset_calls();
         let kubeconfig = kube.kubeconfig(sb.path());
-        let cluster = sb.write("cluster.yaml", &cluster_yaml(&s3.url("sluice"), extra));
+        let cluster = sb.write(
+            "cluster.yaml",
+            &cluster_yaml(&s3.url("sluice"), pool, extra),
+        );
         let mut env: Vec<(String, String)> = s3
             .env()
             .into_iter()
@@ -267,4 +275,18 @@ pub fn steps(run: &Value) -> BTreeMap<String, Value> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Waits for `cond`; on timeout, says what run `id` and the fake's pods were like.
+pub fn wait_run(k: &Cluster, id: &str, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {}\npods: {}",
+            k.run(id),
+            k.kube.pods()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -76,12 +76,17 @@ pub struct Connection {
     subscribers: Mutex<HashMap<String, mpsc::UnboundedSender<Change>>>,
     /// Handles asked to stop by this process (`stop_asked`).
     pub stopping: Mutex<HashSet<String>>,
-    watches: Vec<tokio::task::AbortHandle>,
+    watches: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        for w in &self.watches {
+        for w in self
+            .watches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
             w.abort();
         }
     }
@@ -195,36 +200,39 @@ impl Connection {
             .unwrap_or_else(|| client.default_namespace().to_owned());
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let rate = NonZeroU32::new(RATE).unwrap_or(NonZeroU32::MIN);
-        Ok(Arc::new_cyclic(|me: &Weak<Connection>| {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-            let nodes: Api<Node> = Api::all(client.clone());
-            let selector = format!("{}=true", names::MANAGED);
-            let watches = vec![
-                spawn_watch(
-                    pods,
-                    watcher::Config::default().labels(&selector),
-                    me.clone(),
-                    |c: &Connection, e| c.pod_event(e),
-                ),
-                spawn_watch(
-                    nodes,
-                    watcher::Config::default(),
-                    me.clone(),
-                    |c: &Connection, e| c.node_event(e),
-                ),
-            ];
-            Connection {
-                client,
-                namespace,
-                limiter: governor::RateLimiter::direct(governor::Quota::per_second(rate)),
-                seen: Mutex::new(Seen::default()),
-                ready,
-                ready_tx,
-                subscribers: Mutex::new(HashMap::new()),
-                stopping: Mutex::new(HashSet::new()),
-                watches,
-            }
-        }))
+        let conn = Arc::new(Connection {
+            client: client.clone(),
+            namespace: namespace.clone(),
+            limiter: governor::RateLimiter::direct(governor::Quota::per_second(rate)),
+            seen: Mutex::new(Seen::default()),
+            ready,
+            ready_tx,
+            subscribers: Mutex::new(HashMap::new()),
+            stopping: Mutex::new(HashSet::new()),
+            watches: Mutex::new(Vec::new()),
+        });
+        // Started once the connection exists: a watch whose first event came before it would
+        // find no connection to hand it to, and stop.
+        let me = Arc::downgrade(&conn);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let nodes: Api<Node> = Api::all(client);
+        let selector = format!("{}=true", names::MANAGED);
+        let watches = vec![
+            spawn_watch(
+                pods,
+                watcher::Config::default().labels(&selector),
+                me.clone(),
+                |c: &Connection, e| c.pod_event(e),
+            ),
+            spawn_watch(
+                nodes,
+                watcher::Config::default(),
+                me,
+                |c: &Connection, e| c.node_event(e),
+            ),
+        ];
+        *conn.watches.lock().unwrap_or_else(PoisonError::into_inner) = watches;
+        Ok(conn)
     }
 
     pub fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -460,8 +468,7 @@ impl Connection {
         let list = api.list(&params).await.ok()?;
         list.items
             .iter()
-            .filter(|e| e.type_.as_deref() == Some("Warning"))
-            .next_back()
+            .rfind(|e| e.type_.as_deref() == Some("Warning"))
             .map(|e| {
                 format!(
                     "{}: {}",

@@ -115,6 +115,8 @@ struct Watched {
     since: Instant,
     /// The runtimes' records read so far, by worker (read once a worker's pod has ended).
     results: Vec<Option<Option<contract::Result>>>,
+    /// Why its workers wait, as last told to the driver.
+    shown: Option<String>,
 }
 
 /// The Kubernetes executor of one run.
@@ -200,9 +202,9 @@ impl Kube {
         u32::try_from(self.settings.grace_period.as_secs()).unwrap_or(u32::MAX)
     }
 
-    /// The Kubernetes node of each Cluster node index: a pool's nodes are the cluster's Ready
-    /// nodes carrying all of its labels, by name, as many as the pool declares. A node that
-    /// is lost gives its place to the next one with the pool's labels (the scheduler's nodes
+    /// The Kubernetes node of each Cluster node index: a pool's nodes are the cluster's nodes
+    /// carrying all of its labels, by name, as many as the pool declares. A node that is lost
+    /// (not ready past the heartbeat timeout, or deleted) gives its place to the next one with the pool's labels (the scheduler's nodes
     /// stay the ones the Cluster declares; following the cluster's nodes into the scheduler is
     /// not done yet).
     async fn node_names(&self, indices: &[usize]) -> Result<Vec<String>, Error> {
@@ -214,7 +216,13 @@ impl Kube {
                 .nodes
                 .iter()
                 .filter(|(_, n)| {
-                    !n.gone && pool.labels.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+                    // A node not ready for less than the heartbeat timeout is given the
+                    // benefit of the doubt (a blip), as its running pods are.
+                    let lost = n
+                        .not_ready
+                        .as_ref()
+                        .is_some_and(|(_, t)| t.elapsed() >= self.settings.heartbeat_timeout);
+                    !n.gone && !lost && pool.labels.iter().all(|(k, v)| n.labels.get(k) == Some(v))
                 })
                 .map(|(name, _)| name)
                 .collect();
@@ -255,6 +263,7 @@ impl Kube {
             Watched {
                 id: id.clone(),
                 results: vec![None; at.workers as usize],
+                shown: None,
                 at,
                 since: Instant::now(),
             },
@@ -395,6 +404,24 @@ impl Kube {
         if done.len() == at.workers as usize {
             // Every worker succeeded: rank 0's record is the attempt's (its metrics).
             return done.into_iter().next().map(Outcome::Ended);
+        }
+        // Still going: why a worker waits, when Kubernetes says something worth showing.
+        let waiting = workers.iter().find_map(|w| match w {
+            Some((Worker::Pending(Some(why)), _))
+                if why.starts_with("Unschedulable") || why.starts_with("ErrImagePull") =>
+            {
+                Some(why.clone())
+            }
+            _ => None,
+        });
+        if let Some(w) = self.watched.get_mut(step)
+            && w.shown != waiting
+        {
+            w.shown = waiting.clone();
+            self.events.push_back(Event::Waiting {
+                attempt: w.id.clone(),
+                reason: waiting,
+            });
         }
         None
     }
@@ -576,6 +603,13 @@ impl Executor for Kube {
             // Ended and cleaned up while no engine watched, or never created (the engine died
             // between its commit and the create): the records tell.
             let records = record::results(&self.objects, &at).await;
+            if records.iter().all(Option::is_none) {
+                // Never run: fence off a create still in flight from the engine that died,
+                // so that the step's next attempt is its only one.
+                for i in 0..at.workers {
+                    let _ = self.conn.delete_pod(&at.pod(i), Some(0)).await;
+                }
+            }
             return Ok(match record::combine(records) {
                 Some(Ok(r)) => Probe::Ended(Box::new(r)),
                 Some(Err(why)) => Probe::Lost(why),

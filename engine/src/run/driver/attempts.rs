@@ -19,6 +19,18 @@ impl<E: Executor> Driver<E> {
         let (attempt, ended) = match event {
             Happened::Ended { attempt, result } => (attempt, Ok(result.map(|r| *r))),
             Happened::Lost { attempt, reason } => (attempt, Err(reason)),
+            Happened::Waiting { attempt, reason } => {
+                let live = self
+                    .live
+                    .get(&attempt.step)
+                    .is_some_and(|l| l.attempt.number == attempt.number);
+                if live && let Ok(idx) = self.index_of(&attempt.step) {
+                    self.rows[idx].reason = reason;
+                    self.pending.steps.push(self.rows[idx].clone());
+                    self.reports.push(idx);
+                }
+                return Ok(());
+            }
         };
         if self
             .live

@@ -227,9 +227,9 @@ impl Driver<Chosen> {
                 .flatten()
         });
         let executor = match kubernetes {
-            Some((k, pools)) => Chosen::Kubernetes(Box::new(
+            Some((k, pools)) => Chosen::Kubernetes(
                 Kube::new(&k, &pools, run_id, &run.team, objects.clone(), settings).await?,
-            )),
+            ),
             None => Chosen::Local(Local::new(&store.home, run_id, objects.clone(), settings)),
         };
         Driver::open_with(store, run, objects, executor, scheduler, settings, clock).await
