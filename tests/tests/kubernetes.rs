@@ -57,6 +57,68 @@ fn the_diamond_and_fan_out_examples_run_unchanged_on_kubernetes() {
     let logs = k.cli(&["logs", &diamond, "report"]);
     assert_eq!(logs.code, Some(0), "{}", logs.stderr);
     assert!(logs.stdout.contains("mean=50.5"), "{}", logs.stdout);
+    // API calls per step are bounded: a create and a delete per pod, everything else from
+    // the watches (no per-pod GET); and the server reports its own count.
+    let calls = k.kube.calls();
+    let created = calls["by"]["create pods"].as_u64().unwrap_or(0);
+    assert_eq!(created, pods.len() as u64, "{calls}");
+    assert_eq!(calls["by"]["delete pods"], created, "{calls}");
+    assert!(
+        calls["by"]["get pods"].is_null(),
+        "a pod was polled: {calls}"
+    );
+    assert!(
+        calls["by"]["watch pods"].as_u64().unwrap_or(0) <= 2,
+        "one watch of pods: {calls}"
+    );
+    let metrics = k.server.call("GET", "/metrics", None, None).text();
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with("sluice_kubernetes_api_calls{verb=\"create\",resource=\"pods\"}")
+            && l.ends_with(&format!(" {created}"))),
+        "{metrics}"
+    );
+    k.assert_calls_within_the_role();
+}
+
+/// A running step's log is read live through the pod log API, and once the step ended (and
+/// its pod was deleted) from the object store.
+#[test]
+fn logs_are_live_from_the_pod_then_kept_in_the_object_store() {
+    let k = Cluster::start("k8s-logs", &["node-a", "node-b"], "");
+    let release = k.sb.path().join("release");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: talk}
+spec:
+  params:
+    release: {type: string}
+  steps:
+    - name: talk
+      env: {RELEASE: "{{params.release}}"}
+      run: |
+        echo "hello from the pod"
+        while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+        echo "goodbye"
+"#;
+    let param = format!("release={}", release.display());
+    let id = k.submit(source, &[&param]);
+    k.running_pod(&id, "talk");
+    wait_run(&k, &id, "the live log", || {
+        k.cli(&["logs", &id, "talk"])
+            .stdout
+            .contains("hello from the pod")
+    });
+    assert!(k.kube.calls()["by"]["get pods/log"].as_u64().unwrap_or(0) > 0);
+    std::fs::write(&release, "").expect("release");
+    wait_state(&k, &id, "Succeeded");
+    wait_for("the pod to be deleted", || k.live_pods(&id).is_empty());
+    let logs = k.cli(&["logs", &id, "talk"]);
+    assert!(
+        logs.stdout.contains("hello from the pod") && logs.stdout.contains("goodbye"),
+        "{}",
+        logs.stdout
+    );
     k.assert_calls_within_the_role();
 }
 
