@@ -416,3 +416,63 @@ spec:
     }
     k.assert_calls_within_the_role();
 }
+
+/// `sluice preempt` deletes the step's pod with the grace period: its runtime syncs the last
+/// checkpoint and the step resumes from it; `sluice cancel` ends the run with its pod gone.
+#[test]
+fn preempt_and_cancel_delete_the_pod_gracefully() {
+    let k = Cluster::start("k8s-preempt", &["node-a", "node-b"], "");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: long}
+spec:
+  steps:
+    - name: train
+      checkpoint: {every: 10s}
+      command:
+        - python3
+        - -c
+        - |
+          import json, os, signal, sys, time
+          ckpt = os.path.join(os.environ["SLUICE_CHECKPOINT_DIR"], "state.json")
+          state = json.load(open(ckpt)) if os.path.exists(ckpt) else {"epoch": 0}
+          print(f"starts at epoch {state['epoch']}", flush=True)
+          def save(*_):
+              with open(ckpt + ".tmp", "w") as f:
+                  json.dump(state, f)
+              os.replace(ckpt + ".tmp", ckpt)
+              sys.exit(143)
+          signal.signal(signal.SIGTERM, save)
+          while True:
+              state["epoch"] += 1
+              time.sleep(0.05)
+"#;
+    let id = k.submit(source, &[]);
+    let first = k.running_pod(&id, "train");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let out = k.cli(&["preempt", &id, "train"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let second = k.running_pod(&id, "train");
+    assert_ne!(first, second);
+    // Saved only on SIGTERM (the periodic sync is every 10 s): resuming past epoch 0 proves
+    // the grace period was given and the final sync ran.
+    wait_run(&k, &id, "the second attempt's first line", || {
+        k.cli(&["logs", &id, "train"])
+            .stdout
+            .lines()
+            .any(|l| l.contains("starts at epoch") && !l.contains("epoch 0"))
+    });
+    let out = k.cli(&["cancel", &id]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    wait_state(&k, &id, "Cancelled");
+    wait_for("its pod to be gone", || k.live_pods(&id).is_empty());
+    let run = k.run(&id);
+    let states: Vec<&str> = steps(&run)["train"]["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| a["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states, ["Preempted", "Cancelled"], "{run}");
+    k.assert_calls_within_the_role();
+}
