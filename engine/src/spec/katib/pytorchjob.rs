@@ -39,17 +39,14 @@ pub(super) fn pytorch_job<'n>(
             .help("a PyTorchJob trial runs its Master and Worker replicas as a sluice gang");
         return None;
     };
-    for e in cx.fields(
-        spec,
-        "trialSpec.spec",
-        &[
-            "pytorchReplicaSpecs",
-            "runPolicy",
-            "elasticPolicy",
-            "nprocPerNode",
-        ],
-    )? {
+    let Some(entries) = spec.as_map() else {
+        cx.expected(spec, "trialSpec.spec", "a mapping");
+        return None;
+    };
+    let mut unknown = false;
+    for e in entries {
         let why = match e.key.as_str() {
+            "pytorchReplicaSpecs" => continue,
             "runPolicy" => {
                 ok &= run_policy(cx, &e.value, &mut step);
                 continue;
@@ -60,7 +57,23 @@ pub(super) fn pytorch_job<'n>(
             "nprocPerNode" => {
                 "sluice starts one process per gang worker (WORLD_SIZE is the replicas); remove nprocPerNode and count the processes as Worker replicas"
             }
-            _ => continue,
+            _ => {
+                let d = cx.d.error(
+                    e.key_pos,
+                    format!("unknown field '{}' in a PyTorchJob's spec", e.key),
+                );
+                if e.key == "template" {
+                    d.help("a PyTorchJob's pods are under spec.pytorchReplicaSpecs.Master.template (and Worker.template); a batch/v1 Job's under spec.template");
+                } else {
+                    d.suggest(&e.key, ["pytorchReplicaSpecs", "runPolicy"]);
+                    if d.help.is_empty() {
+                        d.help("a PyTorchJob's spec has pytorchReplicaSpecs and runPolicy");
+                    }
+                }
+                unknown = true;
+                ok = false;
+                continue;
+            }
         };
         cx.d.error(
             e.key_pos,
@@ -70,6 +83,9 @@ pub(super) fn pytorch_job<'n>(
         ok = false;
     }
     let Some(replicas) = spec.get("pytorchReplicaSpecs") else {
+        if unknown {
+            return None;
+        }
         cx.d.error(spec.pos, "trialSpec needs spec.pytorchReplicaSpecs")
             .help("a PyTorchJob trial runs its Master and Worker replicas as a sluice gang");
         return None;

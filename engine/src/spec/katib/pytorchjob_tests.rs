@@ -260,6 +260,21 @@ fn what_a_gang_cannot_honour_is_refused_with_help() {
         launcher.contains("unknown field 'Launcher' in trialSpec.spec.pytorchReplicaSpecs"),
         "{launcher}"
     );
+    // A Job's shape under kind: PyTorchJob says where a PyTorchJob's pods are, once.
+    let job_shaped = errors(&edit(
+        "        pytorchReplicaSpecs:",
+        "        template: {}\n        pytorchReplicaSpecs:",
+        1,
+    ));
+    assert!(
+        job_shaped.contains("unknown field 'template' in a PyTorchJob's spec"),
+        "{job_shaped}"
+    );
+    assert!(
+        job_shaped.contains("spec.pytorchReplicaSpecs.Master.template"),
+        "{job_shaped}"
+    );
+    assert_eq!(job_shaped.matches("error:").count(), 1, "{job_shaped}");
     // The Job's container rules hold for the Master's.
     let workdir = errors(&edit(
         "                    command:",
