@@ -499,3 +499,43 @@ fn the_file_collector_example_runs_as_written() {
         .fold(f64::NEG_INFINITY, f64::max);
     assert_eq!(v["best"]["value"].as_f64(), Some(max));
 }
+
+/// The Katib PyTorchJob example runs as written: each trial is a gang of the Master and its
+/// two Workers (ranks 0, 1 and 2 of WORLD_SIZE 3, meeting at MASTER_ADDR:MASTER_PORT), whose
+/// value is the `loss=` rank 0 printed; the best trial is reported.
+#[test]
+fn the_pytorchjob_example_runs_each_trial_as_a_gang_of_3() {
+    let sb = Sandbox::new("katib-example-pytorchjob");
+    let path = sluice_e2e::root()
+        .join("examples/sweeps/katib-pytorchjob.yaml")
+        .display()
+        .to_string();
+    let out = sb.run(&["sweep", &path, "--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v = json_of(&out);
+    assert_eq!(v["name"], "pytorchjob-mnist");
+    assert_eq!(v["state"], "Succeeded", "{v}");
+    let trials = v["trials"].as_array().expect("trials");
+    assert_eq!(trials.len(), 4, "maxTrialCount");
+    let id = v["id"].as_str().expect("id");
+    for (i, t) in trials.iter().enumerate() {
+        assert_eq!(t["state"], "Succeeded", "{t}");
+        assert!(t["value"].as_f64().is_some_and(|l| l >= 0.0), "{t}");
+        let log = sb.run(&["logs", id, &format!("trial[{}]", i + 1)]);
+        assert_eq!(log.code, Some(0), "{}", log.stderr);
+        for rank in 0..3 {
+            assert!(
+                log.stdout.contains(&format!("rank {rank} of 3")),
+                "trial[{}] has no rank {rank} of 3:\n{}",
+                i + 1,
+                log.stdout
+            );
+        }
+        assert_eq!(log.stdout.matches("loss=").count(), 1, "{}", log.stdout);
+    }
+    let min = trials
+        .iter()
+        .filter_map(|t| t["value"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(v["best"]["value"].as_f64(), Some(min), "{v}");
+}

@@ -152,36 +152,33 @@ fn yaml_blocks(md: &str) -> Vec<String> {
     blocks
 }
 
-/// The Katib random-search Experiment of the examples reads as a sweep without a word: no
-/// error, no warning (nothing in it is dropped or changed).
+/// The Katib Experiments of the examples (random search; PyTorchJob trials as gangs) read as
+/// sweeps without a word: no error, no warning (nothing in them is dropped or changed).
 #[test]
-fn the_katib_example_lints_clean() {
-    let out = run_in(&root(), &["lint", "examples/sweeps/katib-random.yaml"]);
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(
-        out.stderr, "sluice lint: 1 file, 1 document: no errors\n",
-        "{}",
-        out.stderr
-    );
-    // As JSON: the document is a sweep, with nothing to say about it.
-    let out = run_in(
-        &root(),
-        &[
-            "lint",
-            "--output",
-            "json",
-            "examples/sweeps/katib-random.yaml",
-        ],
-    );
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
-    assert_eq!(v["files"][0]["documents"][0]["kind"], "Sweep", "{v}");
-    assert_eq!(v["files"][0]["documents"][0]["name"], "random", "{v}");
-    assert_eq!(
-        (v["errors"].as_u64(), v["warnings"].as_u64()),
-        (Some(0), Some(0)),
-        "{v}"
-    );
+fn the_katib_examples_lint_clean() {
+    for (file, name) in [
+        ("examples/sweeps/katib-random.yaml", "random"),
+        ("examples/sweeps/katib-pytorchjob.yaml", "pytorchjob-mnist"),
+    ] {
+        let out = run_in(&root(), &["lint", file]);
+        assert_eq!(out.code, Some(0), "{file}: {}", out.stderr);
+        assert_eq!(
+            out.stderr, "sluice lint: 1 file, 1 document: no errors\n",
+            "{file}: {}",
+            out.stderr
+        );
+        // As JSON: the document is a sweep, with nothing to say about it.
+        let out = run_in(&root(), &["lint", "--output", "json", file]);
+        assert_eq!(out.code, Some(0), "{file}: {}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+        assert_eq!(v["files"][0]["documents"][0]["kind"], "Sweep", "{v}");
+        assert_eq!(v["files"][0]["documents"][0]["name"], name, "{v}");
+        assert_eq!(
+            (v["errors"].as_u64(), v["warnings"].as_u64()),
+            (Some(0), Some(0)),
+            "{v}"
+        );
+    }
 }
 
 #[test]

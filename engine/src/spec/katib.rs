@@ -9,7 +9,9 @@
 //! `${trialParameters.NAME}` replaced by `{{params.REF}}` (and Kubernetes' `$(VAR)` expanded
 //! from the container's `env`), its `image` is recorded, its `env` values are set, its
 //! resources are asked for, and the Job's `backoffLimit` and `activeDeadlineSeconds` become the
-//! trial's retries and timeout. Anything that would change the search or the trial and cannot
+//! trial's retries and timeout. A Kubeflow `PyTorchJob` trial runs as a sluice gang of its Master
+//! (one replica) and Worker replicas, each running the Master's primary container, read as a
+//! Job's is (see [`pytorchjob`]). Anything that would change the search or the trial and cannot
 //! be honoured is an error naming it, at its line and column; fields with no effect on one
 //! machine (descriptions, `restartPolicy`, labels and annotations, the Job's
 //! `apiVersion`, `primaryPodLabels`, `retain`, the success and failure conditions) are
@@ -17,8 +19,12 @@
 
 mod algorithm;
 mod collector;
+mod container;
 mod objective;
 mod params;
+mod pytorchjob;
+#[cfg(test)]
+mod pytorchjob_tests;
 #[cfg(test)]
 mod tests;
 mod trial;

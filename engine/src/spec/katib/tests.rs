@@ -42,7 +42,7 @@ spec:
             restartPolicy: Never
 "#;
 
-fn load(text: &str) -> (Option<Sweep>, Vec<Diagnostic>) {
+pub(super) fn load(text: &str) -> (Option<Sweep>, Vec<Diagnostic>) {
     let loaded = crate::spec::load("e.yaml", text.to_owned());
     let sweep = loaded.documents.into_iter().find_map(|d| match d {
         Document::Sweep(s) => Some(*s),
@@ -51,7 +51,7 @@ fn load(text: &str) -> (Option<Sweep>, Vec<Diagnostic>) {
     (sweep, loaded.diagnostics.into_sorted())
 }
 
-fn clean(text: &str) -> (Sweep, Vec<Diagnostic>) {
+pub(super) fn clean(text: &str) -> (Sweep, Vec<Diagnostic>) {
     let (sweep, diags) = load(text);
     assert!(
         diags.iter().all(|d| d.severity != Severity::Error),
@@ -61,7 +61,7 @@ fn clean(text: &str) -> (Sweep, Vec<Diagnostic>) {
 }
 
 /// The rendered messages (`LINE:COL: MESSAGE` and help lines).
-fn errors(text: &str) -> String {
+pub(super) fn errors(text: &str) -> String {
     let (sweep, diags) = load(text);
     let errors: Vec<String> = diags
         .iter()
@@ -72,7 +72,7 @@ fn errors(text: &str) -> String {
     errors.join("\n")
 }
 
-fn words(s: &Sweep) -> Vec<String> {
+pub(super) fn words(s: &Sweep) -> Vec<String> {
     let Action::Command(words) = &s.trial.action else {
         panic!("not a command");
     };
@@ -430,11 +430,12 @@ fn the_job_maps_onto_the_trial_and_the_rest_is_refused() {
     // Katib fails at the first failed trial when maxFailedTrialCount is 0.
     assert_eq!(s.budget.max_failed_trials, Some(1));
 
-    let pytorch = errors(&edit("kind: Job", "kind: PyTorchJob"));
+    let mpi = errors(&edit("kind: Job", "kind: MPIJob"));
     assert!(
-        pytorch.contains("24:13: error: trialSpec kind 'PyTorchJob' cannot be run by sluice"),
-        "{pytorch}"
+        mpi.contains("24:13: error: trialSpec kind 'MPIJob' cannot be run by sluice"),
+        "{mpi}"
     );
+    assert!(mpi.contains("kind: PyTorchJob) as a gang"), "{mpi}");
     let primary = errors(&edit(
         "primaryContainerName: main",
         "primaryContainerName: mian",

@@ -1,17 +1,23 @@
-//! The trial template: the primary container of the trial's Job as a sluice trial step
-//! (`${trialParameters.NAME}` substituted, `$(VAR)` expanded, resources requested, the Job's
-//! retries and deadline), built as YAML nodes for the pipeline decoder to read.
+//! The trial template: the trial's Job (or PyTorchJob) as a sluice trial step. The primary
+//! container gives the command, image, env and resources ([`super::container`]); a Job's
+//! `backoffLimit` and `activeDeadlineSeconds` (a PyTorchJob's under `runPolicy`) give the
+//! retries and the deadline; a PyTorchJob's replicas give a gang ([`super::pytorchjob`]). The
+//! step is built as YAML nodes for the pipeline decoder to read.
 
-use std::collections::BTreeMap;
-
-use super::params::{Params, TrialParams, trial_parameters};
+use super::container::{Owner, container_step, no_init_containers, primary};
+use super::params::{Params, trial_parameters};
+use super::pytorchjob::pytorch_job;
 use super::{TRIAL_TEMPLATE_FIELDS, whole};
 use crate::spec::decode::Cx;
 use crate::spec::diagnostic::Pos;
 use crate::spec::model::{MetricsFile, Step};
-use crate::spec::yaml::{Entry, Node, Scalar, Typed, Value};
+use crate::spec::yaml::{Entry, Node, Scalar, Value};
 
-/// The trial: the primary container of the trial's Job, as a sluice trial step.
+/// The kinds of trialSpec sluice runs, as the help names them.
+const KINDS: &str = "the primary container of a batch/v1 Job (kind: Job) on this machine, or a Kubeflow PyTorchJob (kind: PyTorchJob) as a gang";
+
+/// The trial: the primary container of the trial's Job, as a sluice trial step; a
+/// PyTorchJob's, as a gang step.
 pub(super) fn trial(
     cx: &mut Cx<'_>,
     node: &Node,
@@ -30,51 +36,56 @@ pub(super) fn trial(
     let refs = trial_parameters(cx, node, params);
     let Some(job) = node.get("trialSpec") else {
         cx.d.error(node.pos, "trialTemplate needs trialSpec (a batch/v1 Job)")
-            .help("sluice runs the primary container of the trial's Job on this machine");
+            .help(format!("sluice runs {KINDS}"));
         return None;
     };
-    match job.get("kind").and_then(Node::as_scalar) {
-        Some(k) if k.text == "Job" => {}
+    let (step, container) = match job.get("kind").and_then(Node::as_scalar) {
+        Some(k) if k.text == "Job" => {
+            let mut step = Vec::new();
+            let mut ok = job_spec(cx, job.get("spec"), &mut step);
+            let pod = job
+                .get("spec")
+                .and_then(|s| s.get("template"))
+                .and_then(|t| t.get("spec"));
+            ok &= no_init_containers(cx, pod);
+            let owner = Owner {
+                containers: "spec.template.spec.containers",
+                kind: "a batch/v1 Job",
+                within: "trialSpec",
+            };
+            let container = primary(cx, node, pod, job, &owner)?;
+            step.extend(container_step(cx, container, &refs, metrics_file, ok)?);
+            (step, container)
+        }
+        Some(k) if k.text == "PyTorchJob" => pytorch_job(cx, node, job, &refs, metrics_file)?,
         Some(k) => {
             let pos = job.get("kind").map_or(job.pos, |n| n.pos);
             cx.d.error(
                 pos,
                 format!("trialSpec kind '{}' cannot be run by sluice", k.text),
             )
-            .help(
-                "sluice runs the primary container of a batch/v1 Job (kind: Job) on this machine",
-            );
+            .help(format!("sluice runs {KINDS}"));
             return None;
         }
         None => {
             cx.d.error(job.pos, "trialSpec needs kind: Job")
-                .help("sluice runs the primary container of a batch/v1 Job on this machine");
+                .help(format!("sluice runs {KINDS}"));
             return None;
         }
-    }
-    let mut step: Vec<Entry> = Vec::new();
+    };
+    crate::spec::pipeline::decode_trial(cx, &map(container, step))
+}
+
+/// A Job's `spec`: its retries and deadline added to `step`; false after saying what cannot
+/// be honoured.
+fn job_spec(cx: &mut Cx<'_>, spec: Option<&Node>, step: &mut Vec<Entry>) -> bool {
     let mut ok = true;
-    let job_spec = job.get("spec");
-    for e in job_spec.and_then(Node::as_map).unwrap_or_default() {
+    for e in spec.and_then(Node::as_map).unwrap_or_default() {
         let field = format!("trialSpec.spec.{}", e.key);
         match e.key.as_str() {
-            // Kubernetes retries a failed pod backoffLimit times. Unset, Kubernetes' 6 is not
-            // copied: a sluice trial is not retried unless asked to.
-            "backoffLimit" => match whole(cx, &e.value, &field, 0) {
-                Some(n) => step.push(entry(
-                    &e.value,
-                    "retry",
-                    map(
-                        &e.value,
-                        vec![entry(&e.value, "limit", plain(&e.value, n.to_string()))],
-                    ),
-                )),
-                None => ok = false,
-            },
-            "activeDeadlineSeconds" => match whole(cx, &e.value, &field, 1) {
-                Some(s) => step.push(entry(&e.value, "timeout", plain(&e.value, format!("{s}s")))),
-                None => ok = false,
-            },
+            "backoffLimit" | "activeDeadlineSeconds" => {
+                ok &= retry_or_deadline(cx, &e.key, &e.value, &field, step);
+            }
             "parallelism" | "completions" => match whole(cx, &e.value, &field, 0) {
                 Some(0 | 1) => {}
                 Some(n) => {
@@ -90,297 +101,48 @@ pub(super) fn trial(
             _ => {}
         }
     }
-    let pod = job_spec
-        .and_then(|s| s.get("template"))
-        .and_then(|t| t.get("spec"));
-    if let Some(init) = pod.and_then(|p| p.as_map()).and_then(|m| {
-        m.iter()
-            .find(|e| e.key == "initContainers")
-            .map(|e| e.key_pos)
-    }) {
-        cx.d.error(init, "initContainers cannot be honoured by sluice")
-            .help("a sluice trial runs the primary container's command alone; run the setup in it");
-        ok = false;
-    }
-    let Some(containers) = pod.and_then(|s| s.get("containers")).and_then(Node::as_seq) else {
-        cx.d.error(job.pos, "trialSpec needs spec.template.spec.containers")
-            .help("sluice reads the trial's command from a batch/v1 Job's container");
-        return None;
-    };
-    let container = match node.get("primaryContainerName") {
-        Some(p) => {
-            let wanted = cx.string(p, "trialTemplate.primaryContainerName")?;
-            let names: Vec<&str> = containers
-                .iter()
-                .filter_map(|c| c.get("name").and_then(Node::as_scalar))
-                .map(|s| s.text.as_str())
-                .collect();
-            let found = containers.iter().find(|c| {
-                c.get("name")
-                    .and_then(Node::as_scalar)
-                    .is_some_and(|n| n.text == wanted)
-            });
-            if found.is_none() {
-                let d = cx.d.error(
-                    p.pos,
-                    format!("primaryContainerName '{wanted}' is not a container of trialSpec"),
-                );
-                d.suggest(&wanted, names.iter().copied());
-                if d.help.is_empty() {
-                    d.help(format!("its containers are: {}", names.join(", ")));
-                }
-            }
-            found?
-        }
-        None if containers.len() == 1 => &containers[0],
-        None => {
-            cx.d.error(job.pos, "cannot tell the trial's container")
-                .help("set trialTemplate.primaryContainerName to one of the Job's containers");
-            return None;
-        }
-    };
-    for e in container.as_map().unwrap_or_default() {
-        let why = match e.key.as_str() {
-            "envFrom" => {
-                "a local trial cannot read Kubernetes config maps or secrets; write env values, or pass settings as arguments"
-            }
-            "volumeMounts" | "volumeDevices" => {
-                "a local trial sees this machine's files; pass paths as arguments"
-            }
-            "workingDir" => {
-                "a local trial runs in the experiment file's folder; pass paths as arguments"
-            }
-            _ => continue,
+    ok
+}
+
+/// `backoffLimit` (Kubernetes retries a failed pod that many times) as the step's retry
+/// limit, `activeDeadlineSeconds` as its timeout, added to `step`; false after saying the
+/// value is wrong. An unset backoffLimit does not copy Kubernetes' 6: a sluice trial is not
+/// retried unless asked to.
+pub(super) fn retry_or_deadline(
+    cx: &mut Cx<'_>,
+    key: &str,
+    value: &Node,
+    field: &str,
+    step: &mut Vec<Entry>,
+) -> bool {
+    if key == "backoffLimit" {
+        let Some(n) = whole(cx, value, field, 0) else {
+            return false;
         };
-        cx.d.error(
-            e.key_pos,
-            format!("container field '{}' cannot be honoured by sluice", e.key),
-        )
-        .help(why);
-        ok = false;
-    }
-    // The container's env, with trial parameters replaced; `$(NAME)` in later values and in
-    // the command reads them, as Kubernetes expands it.
-    let mut env_text: BTreeMap<String, String> = BTreeMap::new();
-    // The command's words and env values as written: where the File collector's path must be.
-    let mut written: Vec<String> = Vec::new();
-    let mut env: Vec<Entry> = Vec::new();
-    if let Some(list) = container.get("env") {
-        match list.as_seq() {
-            None => {
-                cx.expected(list, "env", "a list of {name, value}");
-                ok = false;
-            }
-            Some(items) => {
-                for item in items {
-                    let Some(fields) = cx.fields(item, "env", &["name", "value", "valueFrom"])
-                    else {
-                        ok = false;
-                        continue;
-                    };
-                    let Some(name) = item.get("name").and_then(|n| cx.string(n, "env.name")) else {
-                        if item.get("name").is_none() {
-                            cx.d.error(item.pos, "an env entry needs 'name'");
-                        }
-                        ok = false;
-                        continue;
-                    };
-                    if let Some(from) = fields.iter().find(|e| e.key == "valueFrom") {
-                        cx.d.error(
-                            from.key_pos,
-                            format!("env '{name}': valueFrom cannot be honoured by sluice"),
-                        )
-                        .help("a local trial cannot read Kubernetes secrets, config maps or pod fields; write value:, or pass it as an argument");
-                        ok = false;
-                        continue;
-                    }
-                    let (value_node, text) = match item.get("value") {
-                        Some(v) => match v.as_scalar() {
-                            Some(s) if s.typed() == Typed::Null => (v, String::new()),
-                            Some(s) => (v, s.text.clone()),
-                            None => {
-                                cx.expected(v, &format!("env '{name}' value"), "a string");
-                                ok = false;
-                                continue;
-                            }
-                        },
-                        None => (item, String::new()),
-                    };
-                    let Some(replaced) = substitute(cx, value_node, &text, &refs) else {
-                        ok = false;
-                        continue;
-                    };
-                    let replaced = expand_vars(&replaced, &env_text);
-                    env_text.insert(name.clone(), replaced.clone());
-                    written.push(text);
-                    env.push(Entry {
-                        key: name,
-                        key_pos: item.pos,
-                        value: quoted(value_node, replaced),
-                    });
-                }
-            }
-        }
-    }
-    // The argument vector, with ${trialParameters.NAME} turned into {{params.REF}}.
-    let mut words: Vec<Node> = Vec::new();
-    for key in ["command", "args"] {
-        let Some(list) = container.get(key) else {
-            continue;
+        let limit = entry(value, "limit", plain(value, n.to_string()));
+        step.push(entry(value, "retry", map(value, vec![limit])));
+    } else {
+        let Some(s) = whole(cx, value, field, 1) else {
+            return false;
         };
-        let Some(items) = list.as_seq() else {
-            cx.expected(list, key, "a list of strings");
-            ok = false;
-            continue;
-        };
-        for item in items {
-            let Some(text) = item.as_scalar().map(|s| s.text.clone()) else {
-                cx.expected(item, key, "a string");
-                ok = false;
-                continue;
-            };
-            match substitute(cx, item, &text, &refs) {
-                Some(replaced) => words.push(quoted(item, expand_vars(&replaced, &env_text))),
-                None => ok = false,
-            }
-            written.push(text);
-        }
+        step.push(entry(value, "timeout", plain(value, format!("{s}s"))));
     }
-    if words.is_empty() && ok {
-        cx.d.error(container.pos, "the trial's container has no command")
-            .help("give the container a command (and args) to run");
-        return None;
-    }
-    if let Some((f, pos)) = metrics_file
-        && !written.iter().any(|w| w.contains(&f.path))
+    true
+}
+
+/// `workers: n` added to the step's resources (made when the container asked for none).
+pub(super) fn with_workers(step: &mut Vec<Entry>, at: &Node, n: u64) {
+    let workers = entry(at, "workers", plain(at, n.to_string()));
+    if let Some(r) = step.iter_mut().find(|e| e.key == "resources")
+        && let Value::Map(entries) = &mut r.value.value
     {
-        cx.d.error(
-            *pos,
-            format!(
-                "the File collector's path '{}' is not in the trial container's command, args or env",
-                f.path
-            ),
-        )
-        .help("sluice gives each trial its own metrics file by replacing the path where the container passes it (--log-path=PATH); pass the path to the program");
-        ok = false;
+        entries.push(workers);
+        return;
     }
-    if !ok {
-        return None;
-    }
-    step.push(entry(container, "command", seq(container, words)));
-    if let Some(image) = container.get("image") {
-        step.push(entry(container, "image", image.clone()));
-    }
-    if !env.is_empty() {
-        step.push(entry(container, "env", map(container, env)));
-    }
-    if let Some(resources) = container.get("resources").and_then(resources) {
-        step.push(entry(container, "resources", resources));
-    }
-    crate::spec::pipeline::decode_trial(cx, &map(container, step))
+    step.push(entry(at, "resources", map(at, vec![workers])));
 }
 
-/// Replaces each `${trialParameters.NAME}` by `{{params.REF}}`; the rest is kept literally
-/// (a `{{` in it is escaped). None after reporting an unknown or unclosed name.
-fn substitute(cx: &mut Cx<'_>, node: &Node, text: &str, refs: &TrialParams) -> Option<String> {
-    const OPEN: &str = "${trialParameters.";
-    let literal = |s: &str| s.replace("{{", "\\{{");
-    let mut out = String::new();
-    let mut rest = text;
-    let mut ok = true;
-    while let Some(i) = rest.find(OPEN) {
-        out.push_str(&literal(&rest[..i]));
-        let after = &rest[i + OPEN.len()..];
-        let Some(end) = after.find('}') else {
-            cx.d.error(
-                node.pos,
-                format!("unclosed ${{trialParameters...}} in '{text}'"),
-            )
-            .help("write ${trialParameters.NAME}");
-            return None;
-        };
-        let name = &after[..end];
-        match refs.get(name) {
-            Some(Some(reference)) => out.push_str(&format!("{{{{params.{reference}}}}}")),
-            // Its reference was wrong, and said so.
-            Some(None) => ok = false,
-            None => {
-                let d = cx.d.error(
-                    node.pos,
-                    format!(
-                        "${{trialParameters.{name}}}: trialTemplate.trialParameters has no '{name}'"
-                    ),
-                );
-                d.suggest(name, refs.keys().map(String::as_str));
-                if d.help.is_empty() {
-                    d.help("declare it under trialTemplate.trialParameters with the parameter it references");
-                }
-                ok = false;
-            }
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(&literal(rest));
-    ok.then_some(out)
-}
-
-/// Kubernetes' expansion of a container's command, args and env values: `$(NAME)` is the
-/// value of an env variable defined before it (left as written when there is none), `$$` is
-/// `$`.
-fn expand_vars(text: &str, env: &BTreeMap<String, String>) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(inner) = after.strip_prefix('(')
-            && let Some(end) = inner.find(')')
-            && let Some(value) = env.get(&inner[..end])
-        {
-            out.push_str(value);
-            rest = &inner[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A container's `resources` as a sluice step's: what it requests, as Kubernetes schedules
-/// it (a resource with a limit and no request requests its limit).
-fn resources(node: &Node) -> Option<Node> {
-    let mut found: BTreeMap<&str, Node> = BTreeMap::new();
-    for part in ["limits", "requests"] {
-        for e in node.get(part).and_then(Node::as_map).unwrap_or_default() {
-            let key = match e.key.as_str() {
-                "cpu" => "cpu",
-                "memory" => "memory",
-                "nvidia.com/gpu" => "gpu",
-                _ => continue,
-            };
-            let mut value = e.value.clone();
-            // `nvidia.com/gpu: "1"`: a count, however it was quoted.
-            if key == "gpu"
-                && let Value::Scalar(s) = &mut value.value
-            {
-                s.plain = true;
-            }
-            found.insert(key, value);
-        }
-    }
-    if found.is_empty() {
-        return None;
-    }
-    let entries = found.into_iter().map(|(k, v)| entry(node, k, v)).collect();
-    Some(map(node, entries))
-}
-
-fn entry(at: &Node, key: &str, value: Node) -> Entry {
+pub(super) fn entry(at: &Node, key: &str, value: Node) -> Entry {
     Entry {
         key: key.into(),
         key_pos: at.pos,
@@ -388,7 +150,7 @@ fn entry(at: &Node, key: &str, value: Node) -> Entry {
     }
 }
 
-fn map(at: &Node, entries: Vec<Entry>) -> Node {
+pub(super) fn map(at: &Node, entries: Vec<Entry>) -> Node {
     Node {
         pos: at.pos,
         start: at.start,
@@ -397,7 +159,7 @@ fn map(at: &Node, entries: Vec<Entry>) -> Node {
     }
 }
 
-fn seq(at: &Node, items: Vec<Node>) -> Node {
+pub(super) fn seq(at: &Node, items: Vec<Node>) -> Node {
     Node {
         pos: at.pos,
         start: at.start,
@@ -407,7 +169,7 @@ fn seq(at: &Node, items: Vec<Node>) -> Node {
 }
 
 /// A string, whatever it looks like (`"1"` stays text).
-fn quoted(at: &Node, text: String) -> Node {
+pub(super) fn quoted(at: &Node, text: String) -> Node {
     Node {
         pos: at.pos,
         start: at.start,
@@ -417,7 +179,7 @@ fn quoted(at: &Node, text: String) -> Node {
 }
 
 /// A scalar read by its looks (`3` is a number).
-fn plain(at: &Node, text: String) -> Node {
+pub(super) fn plain(at: &Node, text: String) -> Node {
     Node {
         pos: at.pos,
         start: at.start,
