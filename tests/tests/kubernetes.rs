@@ -467,12 +467,88 @@ spec:
     wait_state(&k, &id, "Cancelled");
     wait_for("its pod to be gone", || k.live_pods(&id).is_empty());
     let run = k.run(&id);
-    let states: Vec<&str> = steps(&run)["train"]["attempts"]
+    let train = steps(&run)["train"].clone();
+    let states: Vec<&str> = train["attempts"]
         .as_array()
         .expect("attempts")
         .iter()
         .map(|a| a["state"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(states, ["Preempted", "Cancelled"], "{run}");
+    k.assert_calls_within_the_role();
+}
+
+/// A Katib Experiment whose trials are PyTorchJobs: each trial is a gang of the Master and its
+/// Workers, three pods pinned to the pool's nodes, with the training operator's variables.
+#[test]
+fn katib_pytorchjob_trials_run_as_gangs_of_pods() {
+    let k = Cluster::start("k8s-katib", &["node-a", "node-b"], "");
+    let source = r#"apiVersion: kubeflow.org/v1beta1
+kind: Experiment
+metadata: {name: pytorchjob-mnist, namespace: kubeflow}
+spec:
+  parallelTrialCount: 2
+  maxTrialCount: 3
+  objective: {type: minimize, objectiveMetricName: loss}
+  algorithm: {algorithmName: random}
+  parameters:
+    - name: lr
+      parameterType: double
+      feasibleSpace: {min: "0.01", max: "0.05"}
+  trialTemplate:
+    primaryContainerName: pytorch
+    trialParameters:
+      - {name: learningRate, reference: lr}
+    trialSpec:
+      apiVersion: kubeflow.org/v1
+      kind: PyTorchJob
+      spec:
+        pytorchReplicaSpecs:
+          Master:
+            replicas: 1
+            restartPolicy: OnFailure
+            template:
+              spec:
+                containers:
+                  - name: pytorch
+                    image: docker.io/kubeflowkatib/pytorch-mnist-cpu:latest
+                    command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE at $MASTER_ADDR"; [ "$RANK" = 0 ] && echo "loss=${trialParameters.learningRate}"; true']
+                    resources: {limits: {cpu: 100m}}
+          Worker:
+            replicas: 2
+            restartPolicy: OnFailure
+            template:
+              spec:
+                containers:
+                  - name: pytorch
+                    image: docker.io/kubeflowkatib/pytorch-mnist-cpu:latest
+                    command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE at $MASTER_ADDR"; [ "$RANK" = 0 ] && echo "loss=${trialParameters.learningRate}"; true']
+                    resources: {limits: {cpu: 100m}}
+"#;
+    let id = k.submit(source, &[]);
+    wait_state(&k, &id, "Succeeded");
+    let pods = k.kube.pods();
+    let pods = pods.as_array().expect("pods");
+    assert_eq!(pods.len(), 9, "3 trials of 3 pods: {pods:?}");
+    for p in pods {
+        assert_eq!(p["created"], 1, "{p}");
+        let name = p["name"].as_str().unwrap_or("");
+        assert!(
+            ["-0", "-1", "-2"].iter().any(|w| name.ends_with(w)),
+            "{name}"
+        );
+    }
+    let logs = k.cli(&["logs", &id]);
+    assert_eq!(logs.code, Some(0), "{}", logs.stderr);
+    for rank in 0..3 {
+        let n = logs
+            .stdout
+            .lines()
+            .filter(|l| l.contains(&format!("rank {rank} of 3 at ")) && l.contains(".svc"))
+            .count();
+        assert_eq!(n, 3, "rank {rank} in each of 3 trials: {}", logs.stdout);
+    }
+    let run = k.run(&id);
+    assert!(!run["best"].is_null(), "a best trial: {run}");
     k.assert_calls_within_the_role();
 }
