@@ -326,10 +326,13 @@ pub fn delete(app: &Shared, ns: &str, name: &str, grace: Option<i64>) -> Option<
     if !pod["metadata"]["deletionTimestamp"].is_null() {
         // Already terminating: only a forced delete (grace 0) changes anything.
         if grace == Some(0) {
+            // The object goes first: the graceful delete's own task, woken by the kill, would
+            // otherwise race this request to remove it (and this one answer 404).
+            let removed = status::remove(app, &p);
             if let Some((Some(pid), _)) = app.kubelet.request_stop(&p.uid, Stop::Delete) {
                 procs::kill_tree(pid);
             }
-            return status::remove(app, &p);
+            return removed;
         }
         return Some(pod);
     }
