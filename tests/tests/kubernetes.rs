@@ -171,6 +171,15 @@ spec:
             p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "4",
             "{p}"
         );
+        // The pool's taints, tolerated (a NoExecute one would evict a pinned pod).
+        assert_eq!(
+            p["spec"]["tolerations"],
+            serde_json::json!([
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"}
+            ]),
+            "{p}"
+        );
     }
     let run = k.run(&id);
     let second = steps(&run)["second"].clone();

@@ -11,6 +11,7 @@ use super::decode::Cx;
 use super::diagnostic::{Diagnostic, Diagnostics};
 use super::model::{
     ClusterPool, ClusterSpec, ClusterTeam, PriorityClass, Quantities, RuntimeSpec, SchedulingSpec,
+    Taint,
 };
 use super::yaml::Node;
 
@@ -343,6 +344,10 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
             cpu_hour = cx.number(c, "pools.price.cpuHour").unwrap_or(0.0);
         }
     }
+    let taints = node
+        .get("taints")
+        .map(|t| taints(cx, t))
+        .unwrap_or_default();
     Some(ClusterPool {
         name,
         nodes,
@@ -351,7 +356,52 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
         interruptible,
         gpu_hour,
         cpu_hour,
+        taints,
     })
+}
+
+/// `taints: [{key, value, effect}]`: each one's mistakes reported where they are.
+fn taints(cx: &mut Cx<'_>, node: &Node) -> Vec<Taint> {
+    let Some(items) = node.as_seq() else {
+        cx.expected(
+            node,
+            "pools.taints",
+            "a list of taints ({key: nvidia.com/gpu, effect: NoSchedule})",
+        );
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in items {
+        if cx
+            .fields(item, "pools.taints", &["key", "value", "effect"])
+            .is_none()
+        {
+            continue;
+        }
+        let Some(key) = item
+            .get("key")
+            .and_then(|k| cx.string(k, "pools.taints.key"))
+        else {
+            if item.get("key").is_none() {
+                cx.d.error(item.pos, "a taint needs a key")
+                    .help("write {key: nvidia.com/gpu, effect: NoSchedule}");
+            }
+            continue;
+        };
+        let value = item
+            .get("value")
+            .and_then(|v| cx.string(v, "pools.taints.value"));
+        let effect = item.get("effect").and_then(|e| {
+            one_of(
+                cx,
+                e,
+                "pools.taints.effect",
+                &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+            )
+        });
+        out.push(Taint { key, value, effect });
+    }
+    out
 }
 
 /// A field the contract has that this version does not honour yet: an error saying so (not

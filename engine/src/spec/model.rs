@@ -569,6 +569,17 @@ pub struct ClusterPool {
     pub interruptible: bool,
     pub gpu_hour: f64,
     pub cpu_hour: f64,
+    /// The nodes' taints, which the pool's pods tolerate on Kubernetes.
+    pub taints: Vec<Taint>,
+}
+
+/// A node taint of a pool (`{key, value, effect}`), as Kubernetes writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule`, `NoExecute`; None: every effect.
+    pub effect: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

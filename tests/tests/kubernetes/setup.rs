@@ -44,6 +44,7 @@ spec:
       nodes: {pool}
       resources: {{gpu: 4, cpu: 16, memory: 64Gi}}
       labels: {{pool: gpu}}
+      taints: [{{key: nvidia.com/gpu, effect: NoSchedule}}, {{key: dedicated, value: ml, effect: NoExecute}}]
   teams:
     - {{name: vision}}
   runtime: {{heartbeatTimeout: 3s}}

@@ -14,6 +14,7 @@ use sluice_runtime::contract::Launch;
 
 use super::names;
 use crate::executor::AttemptId;
+use crate::spec::model::Taint;
 
 /// Where the pod's shared volume is mounted: the runtime binary under `bin/`, the attempt's
 /// files under `attempt/`.
@@ -47,6 +48,8 @@ pub struct WorkerPod<'a> {
     pub gpu: u32,
     pub millicpu: u64,
     pub memory: u64,
+    /// The taints of the worker's pool, tolerated.
+    pub taints: &'a [Taint],
 }
 
 /// The environment a gang's worker adds to the step's: PyTorch's launcher conventions, with
@@ -118,8 +121,7 @@ pub fn pod(w: &WorkerPod<'_>) -> Result<Pod, serde_json::Error> {
             "volumeMounts": mount,
         }],
         "containers": [container],
-        // Pods are pinned: their node was chosen with the GPUs' taints in mind.
-        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": tolerations(w.taints),
     });
     if let Some(sa) = w.service_account {
         spec["serviceAccountName"] = json!(sa);
@@ -139,6 +141,30 @@ pub fn pod(w: &WorkerPod<'_>) -> Result<Pod, serde_json::Error> {
         },
         "spec": spec,
     }))
+}
+
+/// The pool's taints as tolerations (`pools[].taints`): pinned pods skip the scheduler, but a
+/// `NoExecute` taint would still evict them.
+fn tolerations(taints: &[Taint]) -> Value {
+    Value::Array(
+        taints
+            .iter()
+            .map(|t| {
+                let mut v = json!({"key": t.key});
+                match &t.value {
+                    Some(value) => {
+                        v["operator"] = json!("Equal");
+                        v["value"] = json!(value);
+                    }
+                    None => v["operator"] = json!("Exists"),
+                }
+                if let Some(e) = &t.effect {
+                    v["effect"] = json!(e);
+                }
+                v
+            })
+            .collect(),
+    )
 }
 
 /// A gang's headless Service: `POD.BASE.NAMESPACE.svc` resolves to each worker's pod.

@@ -207,11 +207,11 @@ impl Kube {
     /// (not ready past the heartbeat timeout, or deleted) gives its place to the next one with the pool's labels (the scheduler's nodes
     /// stay the ones the Cluster declares; following the cluster's nodes into the scheduler is
     /// not done yet).
-    async fn node_names(&self, indices: &[usize]) -> Result<Vec<String>, Error> {
+    async fn node_names(&self, indices: &[usize]) -> Result<Vec<(String, usize)>, Error> {
         self.conn.listed().await;
         let seen = self.conn.seen();
         let mut all = Vec::new();
-        for pool in &self.pools {
+        for (p, pool) in self.pools.iter().enumerate() {
             let matching: Vec<&String> = seen
                 .nodes
                 .iter()
@@ -227,7 +227,7 @@ impl Kube {
                 .map(|(name, _)| name)
                 .collect();
             for i in 0..pool.nodes as usize {
-                all.push(matching.get(i).map(|s| (*s).clone()).ok_or_else(|| {
+                all.push(matching.get(i).map(|s| ((*s).clone(), p)).ok_or_else(|| {
                     let labels: Vec<String> = pool
                         .labels
                         .iter()
@@ -560,7 +560,13 @@ impl Executor for Kube {
                 }
             }
             let key = at.record(worker);
-            let node = nodes.get(worker as usize).map_or("", String::as_str);
+            let (node, pool) = nodes
+                .get(worker as usize)
+                .map_or(("", usize::MAX), |(n, p)| (n.as_str(), *p));
+            let taints = self
+                .pools
+                .get(pool)
+                .map_or(&[][..], |p| p.taints.as_slice());
             let pod = manifest::pod(&manifest::WorkerPod {
                 id,
                 team: &self.team,
@@ -579,6 +585,7 @@ impl Executor for Kube {
                 gpu: placement.gpu,
                 millicpu: placement.millicpu,
                 memory: placement.memory,
+                taints,
             })
             .map_err(|e| Error::Unavailable(format!("cannot write the pod: {e}")))?;
             if let Err(e) = self.conn.create_pod(&pod).await {
