@@ -32,6 +32,10 @@ pub const VERBS: &[(&str, &[&str])] = &[
     ("nodes", &["list", "watch"]),
 ];
 
+/// How long the first lists of pods and nodes may take before the API server is taken as
+/// unreachable.
+const LISTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// At most this many requests a second from one process (a burst of as many), besides the
 /// watches: the API server's priority and fairness is not the only guard.
 const RATE: u32 = 50;
@@ -77,6 +81,8 @@ pub struct Connection {
     /// Handles asked to stop by this process (`stop_asked`).
     pub stopping: Mutex<HashSet<String>>,
     watches: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The last error of a watch, for the message when the API server does not answer.
+    last_error: Mutex<Option<String>>,
 }
 
 impl Drop for Connection {
@@ -210,6 +216,7 @@ impl Connection {
             subscribers: Mutex::new(HashMap::new()),
             stopping: Mutex::new(HashSet::new()),
             watches: Mutex::new(Vec::new()),
+            last_error: Mutex::new(None),
         });
         // Started once the connection exists: a watch whose first event came before it would
         // find no connection to hand it to, and stop.
@@ -239,10 +246,25 @@ impl Connection {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits until the first lists of pods and nodes have been read.
-    pub async fn listed(&self) {
+    /// Waits until the first lists of pods and nodes have been read; an API server that
+    /// does not answer by `LISTED_WITHIN` is an error saying why (its last failure).
+    pub async fn listed(&self) -> Result<(), Error> {
         let mut ready = self.ready.clone();
-        let _ = ready.wait_for(|r| *r).await;
+        match tokio::time::timeout(LISTED_WITHIN, ready.wait_for(|r| *r)).await {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let why = self
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone()
+                    .unwrap_or_else(|| "no answer".into());
+                Err(Error::Unavailable(format!(
+                    "Kubernetes: the API server did not list pods and nodes within {}s: {why}",
+                    LISTED_WITHIN.as_secs()
+                )))
+            }
+        }
     }
 
     /// Changes to run `run`'s pods (and to the nodes) come to the returned receiver.
@@ -523,6 +545,10 @@ where
                 Ok(e) => apply(&conn, e),
                 Err(e) => {
                     tracing::warn!("Kubernetes: a watch failed ({e}); it starts again");
+                    *conn
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
                     drop(conn);
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }

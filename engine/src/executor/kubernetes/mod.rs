@@ -203,7 +203,7 @@ impl Kube {
     /// stay the ones the Cluster declares; following the cluster's nodes into the scheduler is
     /// not done yet).
     async fn node_names(&self, indices: &[usize]) -> Result<Vec<(String, usize)>, Error> {
-        self.conn.listed().await;
+        self.conn.listed().await?;
         let seen = self.conn.seen();
         let mut all = Vec::new();
         for (p, pool) in self.pools.iter().enumerate() {
@@ -383,7 +383,7 @@ impl Executor for Kube {
         let Some(at) = Where::parse(handle) else {
             return Ok(Probe::Lost(format!("not a Kubernetes attempt: {handle}")));
         };
-        self.conn.listed().await;
+        self.conn.listed().await?;
         let any_pod = {
             let seen = self.conn.seen();
             (0..at.workers).any(|i| seen.pods.contains_key(&at.pod(i)))
