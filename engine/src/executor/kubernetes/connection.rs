@@ -172,17 +172,39 @@ impl Connection {
         if let Some(c) = find(&CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner)) {
             return Ok(c);
         }
-        let made = Connection::connect(namespace).await?;
+        let made = Connection::connect(namespace, true).await?;
         let mut all = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|(_, c)| c.strong_count() > 0);
         if let Some(c) = find(&all) {
             return Ok(c);
         }
+        // Found by the namespace asked for, and by the one it resolved to (a handle names
+        // the latter).
+        if made.namespace != wanted {
+            all.push((made.namespace.clone(), Arc::downgrade(&made)));
+        }
         all.push((wanted.clone(), Arc::downgrade(&made)));
         Ok(made)
     }
 
-    async fn connect(namespace: Option<&str>) -> Result<Arc<Connection>, Error> {
+    /// A connection for one request from outside a run's engine (a log, a preemption): the
+    /// process's own when it has one, else one without watches, not kept (a `sluice logs`
+    /// must not list the cluster's pods and nodes to read one pod's log).
+    pub async fn at_hand(namespace: Option<&str>) -> Result<Arc<Connection>, Error> {
+        let wanted = namespace.unwrap_or("");
+        let kept = CONNECTIONS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(ns, _)| ns == wanted)
+            .and_then(|(_, c)| c.upgrade());
+        match kept {
+            Some(c) => Ok(c),
+            None => Connection::connect(namespace, false).await,
+        }
+    }
+
+    async fn connect(namespace: Option<&str>, watch: bool) -> Result<Arc<Connection>, Error> {
         let config = kube::Config::infer().await.map_err(|e| {
             Error::Unavailable(format!(
                 "Kubernetes: no cluster configuration found ({e}); set KUBECONFIG, or run the server in the cluster with its service account"
@@ -218,6 +240,9 @@ impl Connection {
             watches: Mutex::new(Vec::new()),
             last_error: Mutex::new(None),
         });
+        if !watch {
+            return Ok(conn);
+        }
         // Started once the connection exists: a watch whose first event came before it would
         // find no connection to hand it to, and stop.
         let me = Arc::downgrade(&conn);

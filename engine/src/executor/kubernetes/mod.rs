@@ -91,7 +91,7 @@ pub async fn stop(handle: &str, _reason: Reason) -> Result<(), Error> {
     let Some(at) = Where::parse(&Handle::new(handle)) else {
         return Ok(());
     };
-    let conn = Connection::get(Some(&at.namespace)).await?;
+    let conn = Connection::at_hand(Some(&at.namespace)).await?;
     if let Ok(mut s) = conn.stopping.lock() {
         s.insert(handle.to_owned());
     }
@@ -104,7 +104,7 @@ pub async fn stop(handle: &str, _reason: Reason) -> Result<(), Error> {
 /// A running attempt's log so far, from its worker 0's pod (None: no pod, or no cluster).
 pub async fn live_log(handle: &str) -> Option<Vec<u8>> {
     let at = Where::parse(&Handle::new(handle))?;
-    let conn = Connection::get(Some(&at.namespace)).await.ok()?;
+    let conn = Connection::at_hand(Some(&at.namespace)).await.ok()?;
     conn.pod_log(&at.pod(0)).await.ok().map(String::into_bytes)
 }
 
