@@ -1,0 +1,321 @@
+
+use std::sync::Arc;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::service::Role;
+use crate::store::{NewRun, StepRow, Store};
+
+const PIPELINE: &str = "\
+apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: train}
+spec:
+  steps:
+    - name: fit
+      run: 'true'
+      checkpoint: {every: 10m}
+    - name: eval
+      run: 'true'
+      checkpoint: false
+";
+
+const CLUSTER: &str = "\
+apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 1
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+      price: {gpuHour: 2.50, cpuHour: 0.04}
+    - name: spot
+      nodes: 2
+      resources: {gpu: 8, cpu: 64, memory: 512Gi}
+      interruptible: true
+      price: {gpuHour: 1.00}
+";
+
+/// Now, as the service's clock says: 2026-12-02T19:00:00Z.
+const NOW: i64 = 1_796_238_000_000;
+const H: i64 = 3_600_000;
+
+struct Home {
+    path: std::path::PathBuf,
+    service: Service,
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+async fn home(tag: &str) -> Home {
+    let path = std::env::temp_dir().join(format!("sluice-usage-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    let store = Store::open(&path).await.expect("open the store");
+    let clock =
+        ManualClock::new(chrono::DateTime::from_timestamp_millis(NOW).expect("a valid time"));
+    Home {
+        path,
+        service: Service::new(store, Arc::new(clock)),
+    }
+}
+
+async fn run(h: &Home, id: &str, team: &str, cluster: bool) {
+    let step = |name: &str| StepRow {
+        name: name.into(),
+        step: name.into(),
+        state: "Pending".into(),
+        ..StepRow::default()
+    };
+    let run = NewRun {
+        id: id.into(),
+        name: "train".into(),
+        team: team.into(),
+        file: "p.yaml".into(),
+        workdir: "/w".into(),
+        objects: "file:///objects".into(),
+        source: PIPELINE.into(),
+        document: None,
+        params: "{}".into(),
+        cluster: cluster.then(|| crate::run::cluster::stored("lab.yaml", CLUSTER)),
+        applied_version: None,
+        schedule: None,
+        steps: vec![step("fit"), step("eval")],
+    };
+    h.service
+        .store()
+        .create_run(&run, None)
+        .await
+        .expect("create");
+}
+
+/// An attempt from `start` to `end` (unix ms; None: running), placed as cluster mode
+/// records it when `job` is given.
+#[allow(clippy::too_many_arguments)]
+async fn attempt(
+    h: &Home,
+    run: &str,
+    step: &str,
+    number: i64,
+    state: &str,
+    (start, end): (i64, Option<i64>),
+    (millicpu, gpus): (i64, Option<&str>),
+    placed: Option<(&str, &str)>,
+) {
+    let at =
+        |ms: i64| crate::time::format(chrono::DateTime::from_timestamp_millis(ms).expect("a time"));
+    sqlx::query("INSERT INTO attempts (run_id, step, number, state, dir, millicpu, memory, gpus, started_at, ended_at, job, nodes) VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8, $9, $10, $11)")
+            .bind(run)
+            .bind(step)
+            .bind(number)
+            .bind(state)
+            .bind(format!("/attempts/{run}/{step}.{number}"))
+            .bind(millicpu)
+            .bind(gpus)
+            .bind(at(start))
+            .bind(end.map(at))
+            .bind(placed.map(|p| p.0))
+            .bind(placed.map(|p| p.1))
+            .execute(h.service.store().pool())
+            .await
+            .expect("insert an attempt");
+}
+
+fn ask(gpu: u64, millicpu: u64, workers: u32) -> String {
+    serde_json::json!({"team": "vision", "priority": 100, "workers": workers, "gpu": gpu,
+            "millicpu": millicpu, "memory": 0, "interruptible": true, "checkpointed": true})
+    .to_string()
+}
+
+fn by(keys: &[Key]) -> UsageQuery {
+    UsageQuery {
+        by: keys.to_vec(),
+        ..UsageQuery::default()
+    }
+}
+
+#[tokio::test]
+async fn pools_prices_lost_work_and_running_attempts_give_exact_figures() {
+    let h = home("figures").await;
+    run(&h, "r1", "vision", true).await;
+    // A gang of 2 workers (2 GPUs and 4 cores each), one on a100 (node 0), one on spot
+    // (node 1), preempted after 2 h 15 min: it checkpoints every 10 minutes, so its last
+    // 5 were lost.
+    let job = ask(2, 4000, 2);
+    attempt(
+        &h,
+        "r1",
+        "fit",
+        1,
+        at::PREEMPTED,
+        (NOW - 5 * H, Some(NOW - 5 * H + 2 * H + H / 4)),
+        (8000, Some("0,1,0,1")),
+        Some((&job, "[0, 1]")),
+    )
+    .await;
+    // Then it runs again, alone on spot (node 2), for the last hour: up to now.
+    let one = ask(2, 4000, 1);
+    attempt(
+        &h,
+        "r1",
+        "fit",
+        2,
+        at::RUNNING,
+        (NOW - H, None),
+        (4000, Some("0,1")),
+        Some((&one, "[2]")),
+    )
+    .await;
+    let u = h
+        .service
+        .usage(&Principal::local(), &by(&[Key::Pool]))
+        .await
+        .expect("usage");
+    let pools: Vec<(&str, &Figures)> = u
+        .rows
+        .iter()
+        .map(|r| (r.pool.as_deref().unwrap_or(""), &r.figures))
+        .collect();
+    let a100 = Figures {
+        gpu_hours: 4.5,
+        cpu_hours: 9.0,
+        cost: 4.5 * 2.5 + 9.0 * 0.04,
+        wasted_gpu_hours: 1.0 / 6.0,
+    };
+    let spot = Figures {
+        gpu_hours: 6.5,
+        cpu_hours: 13.0,
+        cost: 6.5,
+        wasted_gpu_hours: 1.0 / 6.0,
+    };
+    assert_eq!(pools, [("a100", &a100), ("spot", &spot)]);
+    assert_eq!(u.total.gpu_hours, 11.0);
+    assert_eq!(u.total.cpu_hours, 22.0);
+    assert_eq!(u.total.wasted_gpu_hours, 1.0 / 3.0);
+    // The window's half of the history, [now - 3 h, now): the gang's last 15 minutes
+    // (its 5 lost ones included) and the running hour.
+    let recent = UsageQuery {
+        since: Some(crate::time::format(
+            chrono::DateTime::from_timestamp_millis(NOW - 3 * H).expect("a time"),
+        )),
+        ..by(&[Key::Team])
+    };
+    let u = h
+        .service
+        .usage(&Principal::local(), &recent)
+        .await
+        .expect("usage");
+    assert_eq!(u.rows.len(), 1);
+    assert_eq!(u.total.gpu_hours, 4.0 * 0.25 + 2.0);
+    assert_eq!(u.total.wasted_gpu_hours, 1.0 / 3.0);
+}
+
+#[tokio::test]
+async fn without_a_cluster_attempts_are_on_the_free_local_pool() {
+    let h = home("local").await;
+    run(&h, "r1", "vision", false).await;
+    // `eval` has no checkpoints: a lost attempt loses all its GPU time.
+    attempt(
+        &h,
+        "r1",
+        "eval",
+        1,
+        at::LOST,
+        (NOW - 2 * H, Some(NOW - H)),
+        (1500, Some("3")),
+        None,
+    )
+    .await;
+    let u = h
+        .service
+        .usage(&Principal::local(), &by(&[Key::Pool, Key::Pipeline]))
+        .await
+        .expect("usage");
+    assert_eq!(u.rows.len(), 1, "{u:?}");
+    let r = &u.rows[0];
+    assert_eq!(
+        (r.pool.as_deref(), r.pipeline.as_deref(), r.team.as_deref()),
+        (Some(LOCAL_POOL), Some("train"), None)
+    );
+    assert_eq!(
+        r.figures,
+        Figures {
+            gpu_hours: 1.0,
+            cpu_hours: 1.5,
+            cost: 0.0,
+            wasted_gpu_hours: 1.0
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_team_bound_principal_sees_its_own_team_only() {
+    let h = home("teams").await;
+    run(&h, "r1", "vision", false).await;
+    run(&h, "r2", "nlp", false).await;
+    for r in ["r1", "r2"] {
+        attempt(
+            &h,
+            r,
+            "eval",
+            1,
+            at::SUCCEEDED,
+            (NOW - H, Some(NOW)),
+            (1000, None),
+            None,
+        )
+        .await;
+    }
+    let teams =
+        |u: &Usage| -> Vec<String> { u.rows.iter().filter_map(|r| r.team.clone()).collect() };
+    let all = h
+        .service
+        .usage(&Principal::local(), &UsageQuery::default())
+        .await
+        .expect("usage");
+    assert_eq!(teams(&all), ["nlp", "vision"]);
+    for role in [Role::Viewer, Role::Member] {
+        let who = Principal::new("nlp", role);
+        let own = h
+            .service
+            .usage(&who, &UsageQuery::default())
+            .await
+            .expect("usage");
+        assert_eq!(teams(&own), ["nlp"]);
+        let other = UsageQuery {
+            team: Some("vision".into()),
+            ..UsageQuery::default()
+        };
+        let none = h.service.usage(&who, &other).await.expect("usage");
+        assert_eq!(none, Usage::default());
+    }
+    let admin = Principal::new("ops", Role::Admin);
+    let vision = UsageQuery {
+        team: Some("vision".into()),
+        ..UsageQuery::default()
+    };
+    let u = h.service.usage(&admin, &vision).await.expect("usage");
+    assert_eq!(teams(&u), ["vision"]);
+    assert_eq!(u.total.cpu_hours, 1.0);
+    // A window after everything: nothing.
+    let later = UsageQuery {
+        since: Some(crate::time::format(
+            chrono::DateTime::from_timestamp_millis(NOW + 1).expect("a time"),
+        )),
+        ..UsageQuery::default()
+    };
+    let u = h.service.usage(&admin, &later).await.expect("usage");
+    assert_eq!(u, Usage::default());
+    // An empty window is a mistake.
+    let empty = UsageQuery {
+        since: Some("2026-12-02".into()),
+        until: Some("2026-12-01".into()),
+        ..UsageQuery::default()
+    };
+    let e = h.service.usage(&admin, &empty).await.expect_err("empty");
+    assert_eq!(e.status_code(), 400);
+}
