@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::scheduler::cluster::{Node, Pool, Res, Team};
 

@@ -1,0 +1,213 @@
+//! Choosing victims: who may be preempted (old enough, below in priority, over their
+//! team's quota), in which order, and the fewest that make room.
+
+use super::*;
+
+/// Whether a running step is old enough to be preempted: it started at least one grace
+/// period ago.
+pub(super) fn preemptible(r: &Running, settings: &Settings) -> bool {
+    settings.now >= r.started.saturating_add(settings.grace)
+}
+
+/// Running steps of teams above their quota whose stopping lets `job` fit, best victims
+/// first: interruptible and checkpointed, then the least work lost since the last checkpoint,
+/// then the lowest priority, then the youngest. None when even all of them would not do.
+pub(super) fn reclaim<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    st: &mut State,
+    job: &Job,
+    shape: Shape,
+    closed: bool,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    st.index(cluster, running);
+    if !st.over().iter().any(|&t| t != job.team) {
+        // No candidates: it reclaims nothing, and needs no victims only if it fits soon.
+        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
+    }
+    let q = Query::Reclaimable(closed, settings.grace);
+    if st.known_to_fail(q, shape) {
+        return None;
+    }
+    // The room once the pass below has taken every victim it may (what it takes of a team
+    // depends only on that team, and the job's own team, under its quota, is not among
+    // them): if the job does not fit there, it fits at no point of the pass (placement is
+    // monotone in the room), and the pass fails. Independent of the job but for its shape.
+    let key = (q, st.grow, st.free_gen);
+    let most = if let Some(most) = st.rooms.get(&key) {
+        most.clone()
+    } else {
+        let closed_set = st.closed(closed);
+        let most = Rc::new(most_room(
+            cluster,
+            running,
+            st,
+            &closed_set,
+            closed,
+            settings,
+        ));
+        st.rooms.retain(|k, _| k.1 == key.1 && k.2 == key.2);
+        st.rooms.insert(key, most.clone());
+        most
+    };
+    st.place(q, shape, &most, job, settings)?;
+    let closed_set = st.closed(closed);
+    let free = st.soon(closed);
+    // What each team will hold once the victims already chosen this cycle have stopped.
+    let held = |t: usize| st.usage[t].saturating_sub(st.victim_held(t));
+    let mut usage: FxMap<usize, Res> = FxMap::default();
+    let mut candidates: Vec<usize> = Vec::new();
+    for &t in st.over().iter().filter(|&&t| t != job.team) {
+        usage.insert(t, held(t));
+        for &i in st.teams().of(t) {
+            let r = &running[i];
+            if !st.victims.contains(&r.job.id) && preemptible(r, settings) {
+                candidates.push(i);
+            }
+        }
+    }
+    candidates.sort_by_key(|&i| (victim_order(&running[i]), i));
+    let allowed = &st.allowed[shape.2].2;
+    let place = |free: &[Res]| placement::place_on(allowed, free, job, settings.placement);
+    if place(&free).is_some() {
+        return Some(Vec::new());
+    }
+    let mut free = free;
+    let mut chosen = Vec::new();
+    for i in candidates {
+        let r = &running[i];
+        let t = r.job.team;
+        let quota = cluster.teams[t].quota;
+        // Only what the team borrowed: its quota stays whole (in every resource the quota
+        // names; the others are unlimited, so never "held in full").
+        if !usage[&t].fits_in(quota) && !below(usage[&t].saturating_sub(r.job.demand()), quota) {
+            release(&mut free, r, &closed_set);
+            let u = usage.get_mut(&t).expect("listed");
+            *u = u.saturating_sub(r.job.demand());
+            chosen.push(r);
+            if place(&free).is_some() {
+                return Some(prune(allowed, free, chosen, &closed_set, job, settings));
+            }
+        }
+    }
+    None
+}
+
+/// The room once `reclaim`'s pass has taken every victim it may, whatever the job.
+pub(super) fn most_room(
+    cluster: &Cluster,
+    running: &[Running],
+    st: &State,
+    closed_set: &BTreeSet<usize>,
+    closed: bool,
+    settings: &Settings,
+) -> Vec<Res> {
+    let mut most = st.soon(closed);
+    for &t in st.over() {
+        let quota = cluster.teams[t].quota;
+        let mut held = st.usage[t].saturating_sub(st.victim_held(t));
+        for &i in st.teams().of(t) {
+            let r = &running[i];
+            if !st.victims.contains(&r.job.id)
+                && preemptible(r, settings)
+                && !held.fits_in(quota)
+                && !below(held.saturating_sub(r.job.demand()), quota)
+            {
+                release(&mut most, r, closed_set);
+                held = held.saturating_sub(r.job.demand());
+            }
+        }
+    }
+    most
+}
+
+/// The team's own running steps of lower priority whose stopping lets `job` fit, in the
+/// victim order; None when even all of them would not do.
+pub(super) fn lower_priority<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    st: &mut State,
+    job: &Job,
+    shape: Shape,
+    closed: bool,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    st.index(cluster, running);
+    let candidates: Vec<&Running> = st
+        .teams()
+        .of(job.team)
+        .iter()
+        .map(|&i| &running[i])
+        .filter(|r| {
+            r.job.priority < job.priority
+                && !st.victims.contains(&r.job.id)
+                && preemptible(r, settings)
+        })
+        .collect();
+    if candidates.is_empty() {
+        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
+    }
+    let closed_set = st.closed(closed);
+    let free = st.soon(closed);
+    let allowed = &st.allowed[shape.2].2;
+    let place = |free: &[Res]| placement::place_on(allowed, free, job, settings.placement);
+    if place(&free).is_some() {
+        return Some(Vec::new());
+    }
+    let mut free = free;
+    let mut chosen = Vec::new();
+    for r in candidates {
+        release(&mut free, r, &closed_set);
+        chosen.push(r);
+        if place(&free).is_some() {
+            return Some(prune(allowed, free, chosen, &closed_set, job, settings));
+        }
+    }
+    None
+}
+
+/// Adds what `r` holds to `free`, except on `closed` (reserved) nodes, which stay full.
+pub(super) fn release(free: &mut [Res], r: &Running, closed: &BTreeSet<usize>) {
+    for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
+        free[n] += r.job.per_worker;
+    }
+}
+
+/// The spec's victim order: interruptible and checkpointed first, then the least work lost
+/// since the last checkpoint, then the lowest priority, then the youngest.
+pub(super) fn victim_order(r: &Running) -> (bool, u64, i64, std::cmp::Reverse<u64>, u64) {
+    (
+        !(r.job.interruptible && r.job.checkpointed),
+        r.work_at_risk,
+        r.job.priority,
+        std::cmp::Reverse(r.started),
+        r.job.id,
+    )
+}
+
+/// Drops the victims the step does not need after all (the greedy pass may take steps on
+/// nodes the placement ends up not using), the least preferred victims first.
+pub(super) fn prune<'a>(
+    allowed: &Allowed,
+    mut free: Vec<Res>,
+    mut chosen: Vec<&'a Running>,
+    closed: &BTreeSet<usize>,
+    job: &Job,
+    settings: &Settings,
+) -> Vec<&'a Running> {
+    let mut i = chosen.len();
+    while i > 0 {
+        i -= 1;
+        let r = chosen[i];
+        for &n in r.nodes.iter().filter(|n| !closed.contains(n)) {
+            free[n] = free[n].saturating_sub(r.job.per_worker);
+        }
+        if placement::place_on(allowed, &free, job, settings.placement).is_some() {
+            chosen.remove(i);
+        } else {
+            release(&mut free, r, closed);
+        }
+    }
+    chosen
+}
