@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn errors(yaml: &str) -> (Option<WorkloadSpec>, Vec<String>) {
