@@ -84,3 +84,91 @@ pub async fn log(objects: &Objects, at: &Where) -> Vec<u8> {
         .flat_map(|(_, l)| l.into_bytes())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(end: End, reason: &str) -> contract::Result {
+        contract::Result {
+            end,
+            exit_code: Some(0),
+            signal: None,
+            started_at: "2026-12-06T00:00:00.000Z".into(),
+            ended_at: "2026-12-06T00:00:01.000Z".into(),
+            reason: Some(reason.into()),
+            metrics: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_gangs_end_is_its_first_unsuccessful_worker_else_rank_0() {
+        assert!(combine(vec![None, None]).is_none(), "nothing recorded yet");
+        assert!(
+            matches!(
+                combine(vec![Some(ended(End::Succeeded, "0")), None]),
+                Some(Err(_))
+            ),
+            "a worker without its record"
+        );
+        let all = combine(vec![
+            Some(ended(End::Succeeded, "0")),
+            Some(ended(End::Succeeded, "1")),
+        ]);
+        assert_eq!(
+            all.and_then(Result::ok).and_then(|r| r.reason),
+            Some("0".into())
+        );
+        let failed = combine(vec![
+            Some(ended(End::Succeeded, "0")),
+            Some(ended(End::Failed, "1")),
+            Some(ended(End::Terminated, "2")),
+        ]);
+        assert_eq!(
+            failed.and_then(Result::ok).and_then(|r| r.reason),
+            Some("1".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gangs_logs_are_merged_in_time_order_each_line_marked_with_its_worker() {
+        let dir = std::env::temp_dir().join(format!("sluice-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temp folder");
+        let objects = Objects::open(&format!("file://{}", dir.display())).expect("a store");
+        let at = Where {
+            namespace: "ns".into(),
+            base: "b".into(),
+            workers: 2,
+            key: "teams/t/runs/r/s/1".into(),
+        };
+        let put = |w: u32, text: &'static str| {
+            let objects = objects.clone();
+            let key = format!("{}/{}", at.record(w), contract::LOG_FILE);
+            async move { objects.put_bytes(&key, text.as_bytes().to_vec()).await }
+        };
+        put(
+            0,
+            "2026-12-06T00:00:01.000Z out first\n2026-12-06T00:00:03.000Z err third\n",
+        )
+        .await
+        .expect("put");
+        put(1, "2026-12-06T00:00:02.000Z out second has spaces\n")
+            .await
+            .expect("put");
+        let merged = String::from_utf8(log(&objects, &at).await).expect("text");
+        assert_eq!(
+            merged,
+            "2026-12-06T00:00:01.000Z out[0] first\n\
+             2026-12-06T00:00:02.000Z out[1] second has spaces\n\
+             2026-12-06T00:00:03.000Z err[0] third\n"
+        );
+        let single = Where { workers: 1, ..at };
+        let alone = String::from_utf8(log(&objects, &single).await).expect("text");
+        assert!(
+            alone.starts_with("2026-12-06T00:00:01.000Z out first\n"),
+            "{alone}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
