@@ -17,15 +17,16 @@ Python's standard library only. Prints a markdown table.
 """
 
 import argparse
-import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_load import free_port, request  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,28 +40,6 @@ def log(*a):
 def cpu(pid):
     f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / CLK_TCK
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(port, method, path, token=None, body=None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    headers = {}
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    out = (r.status, r.read())
-    conn.close()
-    return out
 
 
 def pipeline(steps, parallelism):

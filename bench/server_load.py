@@ -50,6 +50,26 @@ def free_port():
     return port
 
 
+def request(port, method, path, token=None, body=None, conn=None, timeout=30):
+    """One request to a server on loopback: (status, body bytes). `conn` is reused when given."""
+    own = conn is None
+    if own:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    headers = {}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    conn.request(method, path, body=data, headers=headers)
+    r = conn.getresponse()
+    out = (r.status, r.read())
+    if own:
+        conn.close()
+    return out
+
+
 def pct(values, p):
     if not values:
         return float("nan")
@@ -79,22 +99,7 @@ class Server:
         raise RuntimeError("the server did not start")
 
     def request(self, method, path, token=None, body=None, conn=None):
-        own = conn is None
-        if own:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        headers = {}
-        if token:
-            headers["Authorization"] = "Bearer " + token
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        conn.request(method, path, body=data, headers=headers)
-        r = conn.getresponse()
-        out = (r.status, r.read())
-        if own:
-            conn.close()
-        return out
+        return request(self.port, method, path, token, body, conn)
 
     def stop(self):
         self.proc.terminate()
