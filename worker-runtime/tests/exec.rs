@@ -4,45 +4,22 @@
 //! attempt runs in a thread; every wait is bounded, so a hung runtime fails the test instead
 //! of hanging it.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::Tmp;
 use sluice_runtime::contract::{self, End, Launch};
 use sluice_runtime::exec::{self, Exec};
 use sluice_runtime::stores::Stores;
 
 /// Longer than any attempt here takes; only a hang reaches it.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A fresh folder for one test, removed when dropped.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let p =
-            std::env::temp_dir().join(format!("sluice-exec-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(p.join("attempt")).expect("temp dir");
-        Tmp(p)
-    }
-
-    /// The attempt's folder.
-    fn dir(&self) -> PathBuf {
-        self.0.join("attempt")
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A launch of `sh -c LINE` in the test's folder, with no inputs, outputs or checkpoints.
 fn launch(tmp: &Tmp, line: &str) -> Launch {
@@ -131,7 +108,7 @@ fn log(tmp: &Tmp) -> String {
 
 #[test]
 fn a_program_that_exits_0_succeeds_with_its_metrics_and_its_output_logged() {
-    let tmp = Tmp::new("ok");
+    let tmp = Tmp::new("exec-ok");
     let r = run(&tmp, &launch(&tmp, "echo loss=0.25; echo hello >&2"));
     assert_eq!(r.end, End::Succeeded, "{r:?}");
     assert_eq!(
@@ -152,7 +129,7 @@ fn a_program_that_exits_0_succeeds_with_its_metrics_and_its_output_logged() {
 
 #[test]
 fn a_nonzero_exit_fails_with_its_code_and_the_last_lines_of_standard_error() {
-    let tmp = Tmp::new("exit");
+    let tmp = Tmp::new("exec-exit");
     let r = run(
         &tmp,
         &launch(
@@ -172,7 +149,7 @@ fn a_nonzero_exit_fails_with_its_code_and_the_last_lines_of_standard_error() {
 
 #[test]
 fn a_program_killed_by_a_signal_fails_naming_the_signal() {
-    let tmp = Tmp::new("signal");
+    let tmp = Tmp::new("exec-signal");
     let r = run(&tmp, &launch(&tmp, "echo dying >&2; kill -KILL $$"));
     assert_eq!(r.end, End::Failed);
     assert_eq!((r.exit_code, r.signal), (None, Some(9)));
@@ -181,7 +158,7 @@ fn a_program_killed_by_a_signal_fails_naming_the_signal() {
 
 #[test]
 fn the_program_sees_its_environment_working_directory_and_gpus() {
-    let tmp = Tmp::new("env");
+    let tmp = Tmp::new("exec-env");
     let mut l = launch(
         &tmp,
         "{ echo \"A=$A\"; echo \"dir=$(pwd)\"; echo \"gpus=$CUDA_VISIBLE_DEVICES\"; echo \"resumed=$SLUICE_RESUMED\"; echo \"metrics=$SLUICE_METRICS_FILE\"; } > seen",
@@ -202,7 +179,7 @@ fn the_program_sees_its_environment_working_directory_and_gpus() {
 
 #[test]
 fn a_step_without_gpus_on_a_gpu_machine_sees_none() {
-    let tmp = Tmp::new("hide");
+    let tmp = Tmp::new("exec-hide");
     let mut l = launch(
         &tmp,
         "if [ -n \"${CUDA_VISIBLE_DEVICES+set}\" ]; then echo \"[$CUDA_VISIBLE_DEVICES]\" > seen; fi",
@@ -217,7 +194,7 @@ fn a_step_without_gpus_on_a_gpu_machine_sees_none() {
 
 #[test]
 fn the_engine_s_terminate_file_stops_the_program_and_the_attempt_ends_terminated() {
-    let tmp = Tmp::new("terminate");
+    let tmp = Tmp::new("exec-terminate");
     let running = start(&tmp, &launch(&tmp, "touch started; exec sleep 30"));
     wait_file(&tmp.0.join("started"));
     std::fs::write(tmp.dir().join(contract::TERMINATE_FILE), b"").expect("terminate");
@@ -230,7 +207,7 @@ fn the_engine_s_terminate_file_stops_the_program_and_the_attempt_ends_terminated
 
 #[test]
 fn sigterm_to_the_runtime_stops_the_program_and_the_attempt_ends_terminated() {
-    let tmp = Tmp::new("sigterm");
+    let tmp = Tmp::new("exec-sigterm");
     let running = start(&tmp, &launch(&tmp, "touch started; exec sleep 30"));
     wait_file(&tmp.0.join("started"));
     running.term.store(true, Ordering::Relaxed);
@@ -241,7 +218,7 @@ fn sigterm_to_the_runtime_stops_the_program_and_the_attempt_ends_terminated() {
 
 #[test]
 fn a_program_that_ignores_sigterm_is_killed_after_the_grace_period() {
-    let tmp = Tmp::new("grace");
+    let tmp = Tmp::new("exec-grace");
     let mut l = launch(&tmp, "trap '' TERM; touch started; sleep 30");
     l.grace_ms = 200;
     let running = start(&tmp, &l);
@@ -259,7 +236,7 @@ fn a_program_that_ignores_sigterm_is_killed_after_the_grace_period() {
 
 #[test]
 fn a_program_past_its_timeout_ends_timeout() {
-    let tmp = Tmp::new("timeout");
+    let tmp = Tmp::new("exec-timeout");
     let mut l = launch(&tmp, "exec sleep 30");
     l.timeout_ms = Some(100);
     let r = run(&tmp, &l);
@@ -269,7 +246,7 @@ fn a_program_past_its_timeout_ends_timeout() {
 
 #[test]
 fn a_stop_asked_before_the_start_runs_nothing() {
-    let tmp = Tmp::new("early-stop");
+    let tmp = Tmp::new("exec-early-stop");
     std::fs::write(tmp.dir().join(contract::TERMINATE_FILE), b"").expect("terminate");
     let r = run(&tmp, &launch(&tmp, "touch ran"));
     assert_eq!(r.end, End::Terminated);
@@ -282,7 +259,7 @@ fn a_stop_asked_before_the_start_runs_nothing() {
 
 #[test]
 fn a_program_that_cannot_start_fails_saying_why() {
-    let tmp = Tmp::new("nostart");
+    let tmp = Tmp::new("exec-nostart");
     let mut l = launch(&tmp, "");
     l.argv = vec!["/nonexistent/pyhton".into()];
     let r = run(&tmp, &l);
@@ -294,7 +271,7 @@ fn a_program_that_cannot_start_fails_saying_why() {
         "{r:?}"
     );
     // A working directory that does not exist is named as such.
-    let tmp = Tmp::new("nodir");
+    let tmp = Tmp::new("exec-nodir");
     let mut l = launch(&tmp, "true");
     l.workdir = tmp.0.join("missing");
     let r = run(&tmp, &l);
@@ -306,7 +283,7 @@ fn a_program_that_cannot_start_fails_saying_why() {
         "{r:?}"
     );
     // And an empty command.
-    let tmp = Tmp::new("empty");
+    let tmp = Tmp::new("exec-empty");
     let mut l = launch(&tmp, "");
     l.argv.clear();
     assert_eq!(
@@ -317,7 +294,7 @@ fn a_program_that_cannot_start_fails_saying_why() {
 
 #[test]
 fn a_declared_output_must_be_written_and_is_stored_when_it_is() {
-    let tmp = Tmp::new("outputs");
+    let tmp = Tmp::new("exec-outputs");
     let mut l = launch(&tmp, "true");
     l.outputs = vec!["model".into()];
     let r = run(&tmp, &l);
@@ -327,7 +304,7 @@ fn a_declared_output_must_be_written_and_is_stored_when_it_is() {
         Some("output 'model' was not written to $SLUICE_OUTPUT_DIR/model")
     );
 
-    let tmp = Tmp::new("outputs-ok");
+    let tmp = Tmp::new("exec-outputs-ok");
     let mut l = launch(&tmp, "echo weights > \"$SLUICE_OUTPUT_DIR/model\"");
     l.env.insert(
         "SLUICE_OUTPUT_DIR".into(),
@@ -345,7 +322,7 @@ fn a_declared_output_must_be_written_and_is_stored_when_it_is() {
 
 #[test]
 fn a_gang_worker_that_fails_stops_the_others_and_fails_the_attempt() {
-    let tmp = Tmp::new("gang");
+    let tmp = Tmp::new("exec-gang");
     let mut l = launch(
         &tmp,
         "echo \"$RANK $WORLD_SIZE $MASTER_ADDR\" >> ranks; if [ \"$RANK\" = 1 ]; then while [ $(wc -l < ranks) -lt 3 ]; do sleep 0.01; done; echo boom >&2; exit 4; fi; exec sleep 30",
@@ -370,7 +347,7 @@ fn a_gang_worker_that_fails_stops_the_others_and_fails_the_attempt() {
 #[test]
 fn an_attempt_owned_or_ended_elsewhere_is_skipped() {
     // Ended already: its result stands, nothing runs again.
-    let tmp = Tmp::new("ended");
+    let tmp = Tmp::new("exec-ended");
     let l = launch(&tmp, "touch ran");
     write_launch(&tmp, &l);
     std::fs::write(tmp.dir().join(contract::RESULT_FILE), b"{}").expect("result");
@@ -383,7 +360,7 @@ fn an_attempt_owned_or_ended_elsewhere_is_skipped() {
     assert!(!tmp.0.join("ran").exists());
 
     // Another runtime holds the lock: this one leaves it alone.
-    let tmp = Tmp::new("locked");
+    let tmp = Tmp::new("exec-locked");
     write_launch(&tmp, &launch(&tmp, "touch ran"));
     let held = std::fs::OpenOptions::new()
         .create(true)
@@ -402,7 +379,7 @@ fn an_attempt_owned_or_ended_elsewhere_is_skipped() {
 
 #[test]
 fn an_unreadable_launch_fails_the_attempt_saying_so() {
-    let tmp = Tmp::new("badlaunch");
+    let tmp = Tmp::new("exec-badlaunch");
     std::fs::write(tmp.dir().join(contract::LAUNCH_FILE), b"{not json").expect("write");
     let term = AtomicBool::new(false);
     let stores = Arc::new(Stores::single());
@@ -441,7 +418,7 @@ fn checkpoint_objects(tmp: &Tmp) -> Vec<String> {
 
 #[test]
 fn a_restore_only_worker_restores_the_checkpoint_and_never_syncs_one() {
-    let tmp = Tmp::new("restore-only");
+    let tmp = Tmp::new("exec-restore-only");
     let spec = contract::CheckpointSpec {
         every_ms: 20,
         prefix: "ck".into(),
@@ -461,7 +438,7 @@ fn a_restore_only_worker_restores_the_checkpoint_and_never_syncs_one() {
 
     // A restore-only one sees it, changes the folder long enough for periodic syncs, and
     // stores nothing.
-    let again = Tmp::new("restore-only-2");
+    let again = Tmp::new("exec-restore-only-2");
     std::fs::rename(tmp.0.join("objects"), again.0.join("objects")).expect("move the store");
     let ckpt = again.dir().join("ckpt");
     let mut l = launch(

@@ -3,6 +3,8 @@
 //! Every wait is bounded by a deadline, so a hung runtime fails the test instead of hanging
 //! it.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -10,33 +12,13 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::Tmp;
 use sluice_runtime::contract::{self, End, Launch};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice-runtime");
 
 /// Longer than any run here takes; only a hang reaches it.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A fresh folder for one test, removed when dropped.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let p =
-            std::env::temp_dir().join(format!("sluice-pod-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).expect("temp dir");
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Waits (bounded) for `child` to exit, and collects what it printed.
 fn wait_output(mut child: std::process::Child) -> Output {
@@ -56,7 +38,7 @@ fn wait_output(mut child: std::process::Child) -> Output {
 
 #[test]
 fn install_copies_a_runnable_binary() {
-    let tmp = Tmp::new("install");
+    let tmp = Tmp::new("pod-install");
     let dest = tmp.0.join("sluice-pod/bin/sluice-runtime");
     let out = wait_output(
         Command::new(BIN)
@@ -85,7 +67,7 @@ fn install_copies_a_runnable_binary() {
 
 #[test]
 fn install_into_a_path_it_cannot_create_fails_saying_why() {
-    let tmp = Tmp::new("install-bad");
+    let tmp = Tmp::new("pod-install-bad");
     let file = tmp.0.join("a-file");
     std::fs::write(&file, b"").expect("write");
     let out = wait_output(
@@ -257,7 +239,7 @@ fn wait_stored(path: &Path, ok: impl Fn(&str) -> bool) -> String {
 
 #[test]
 fn a_worker_s_result_log_and_metrics_are_stored_and_its_lines_printed() {
-    let tmp = Tmp::new("ok");
+    let tmp = Tmp::new("pod-ok");
     let l = launch(&tmp, "echo hi; echo loss=0.5");
     let (status, out, err) = start(&tmp, &l, &tmp.0).finish();
     assert!(status.success(), "{status:?}: {err}");
@@ -280,7 +262,7 @@ fn a_worker_s_result_log_and_metrics_are_stored_and_its_lines_printed() {
 
 #[test]
 fn an_empty_workdir_runs_the_program_in_the_current_directory() {
-    let tmp = Tmp::new("cwd");
+    let tmp = Tmp::new("pod-cwd");
     let mut l = launch(&tmp, "pwd -P");
     l.workdir = PathBuf::new();
     let here = tmp.0.join("here");
@@ -295,7 +277,7 @@ fn an_empty_workdir_runs_the_program_in_the_current_directory() {
 
 #[test]
 fn sigterm_ends_the_attempt_terminated_and_still_stores_everything_within_the_grace() {
-    let tmp = Tmp::new("term");
+    let tmp = Tmp::new("pod-term");
     let l = launch(
         &tmp,
         "trap 'echo trapped; exit 143' TERM; echo loss=0.9; echo ready; sleep 30 & wait",
@@ -330,7 +312,7 @@ fn sigterm_ends_the_attempt_terminated_and_still_stores_everything_within_the_gr
 
 #[test]
 fn a_result_that_cannot_be_stored_is_an_error_exit() {
-    let tmp = Tmp::new("no-result");
+    let tmp = Tmp::new("pod-no-result");
     // A folder where result.json goes: the store refuses to write it.
     std::fs::create_dir_all(tmp.stored("result.json/x")).expect("mkdir");
     let l = launch(&tmp, "echo hi");
@@ -348,7 +330,7 @@ fn a_result_that_cannot_be_stored_is_an_error_exit() {
 
 #[test]
 fn a_pod_without_its_launch_is_a_clear_error() {
-    let tmp = Tmp::new("no-launch");
+    let tmp = Tmp::new("pod-no-launch");
     let out = wait_output(
         Command::new(BIN)
             .arg("pod")
