@@ -2,7 +2,6 @@
 //! outcome: its end (its runtimes' records, or what Kubernetes says instead) or its loss; and
 //! what is done once it has one.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_runtime::contract::{self, End};
@@ -179,32 +178,9 @@ impl Kube {
         let Some(w) = self.watched.remove(step) else {
             return;
         };
-        let grace = self.grace_seconds();
-        let conn = Arc::clone(&self.conn);
-        let at = w.at.clone();
-        {
-            let mut seen = self.conn.seen();
-            for i in 0..at.workers {
-                let name = at.pod(i);
-                self.by_pod.remove(&name);
-                seen.deleted.remove(&name);
-            }
-        }
         // Finished pods go at once; a gang's other workers get their grace period.
-        self.uploads.spawn(async move {
-            for i in 0..at.workers {
-                let running = matches!(
-                    conn.seen().pods.get(&at.pod(i)).map(status::of),
-                    Some(Worker::Running)
-                );
-                let _ = conn
-                    .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
-                    .await;
-            }
-            if at.workers > 1 {
-                let _ = conn.delete_service(&at.base).await;
-            }
-        });
+        let removal = self.forget(&w.at, self.grace_seconds());
+        self.uploads.spawn(removal);
         self.events.push_back(match outcome {
             Outcome::Ended(result) => Event::Ended {
                 attempt: w.id,

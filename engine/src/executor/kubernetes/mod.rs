@@ -19,6 +19,7 @@ mod record;
 pub mod status;
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -564,20 +565,37 @@ impl Kube {
 
     /// Deletes an attempt's pods at once, and stops following it.
     fn halt_one(&mut self, step: &str) {
-        let Some(w) = self.watched.remove(step) else {
-            return;
-        };
-        let conn = Arc::clone(&self.conn);
-        for i in 0..w.at.workers {
-            self.by_pod.remove(&w.at.pod(i));
+        if let Some(w) = self.watched.remove(step) {
+            tokio::spawn(self.forget(&w.at, 0));
         }
-        tokio::spawn(async move {
-            for i in 0..w.at.workers {
-                let _ = conn.delete_pod(&w.at.pod(i), Some(0)).await;
+    }
+
+    /// Forgets an attempt's pods (no longer followed) and returns what deletes them and a
+    /// gang's Service: running pods with `grace` seconds, the others at once.
+    fn forget(&mut self, at: &Where, grace: u32) -> impl Future<Output = ()> + Send + 'static {
+        {
+            let mut seen = self.conn.seen();
+            for i in 0..at.workers {
+                let name = at.pod(i);
+                self.by_pod.remove(&name);
+                seen.deleted.remove(&name);
             }
-            if w.at.workers > 1 {
-                let _ = conn.delete_service(&w.at.base).await;
+        }
+        let conn = Arc::clone(&self.conn);
+        let at = at.clone();
+        async move {
+            for i in 0..at.workers {
+                let running = matches!(
+                    conn.seen().pods.get(&at.pod(i)).map(status::of),
+                    Some(status::Worker::Running)
+                );
+                let _ = conn
+                    .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
+                    .await;
             }
-        });
+            if at.workers > 1 {
+                let _ = conn.delete_service(&at.base).await;
+            }
+        }
     }
 }
