@@ -284,3 +284,34 @@ impl Drop for FakeKube {
         let _ = self.child.wait();
     }
 }
+
+/// `VERB RESOURCE` pairs the Helm chart's Role and ClusterRole grant, read from the flow lists
+/// (`resources: [...]`, `verbs: [...]`) of `charts/sluice/templates/rbac.yaml`.
+pub fn chart_role() -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(crate::root().join("charts/sluice/templates/rbac.yaml"))
+        .expect("the chart's rbac.yaml");
+    let list = |line: &str, key: &str| -> Option<Vec<String>> {
+        let inner = line
+            .trim()
+            .strip_prefix(key)?
+            .trim()
+            .strip_prefix('[')?
+            .strip_suffix(']')?
+            .to_owned();
+        Some(inner.split(',').map(|v| v.trim().to_owned()).collect())
+    };
+    let mut out = std::collections::BTreeSet::new();
+    let mut resources = Vec::new();
+    for line in text.lines() {
+        if let Some(r) = list(line, "resources:") {
+            resources = r;
+        } else if let Some(verbs) = list(line, "verbs:") {
+            for r in &resources {
+                for v in &verbs {
+                    out.insert(format!("{v} {r}"));
+                }
+            }
+        }
+    }
+    out
+}

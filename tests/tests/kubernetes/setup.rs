@@ -2,7 +2,7 @@
 //! runtime image as a folder holding `sluice-runtime`, a Secret with the object store's
 //! credentials, a Cluster file saying `executor: kubernetes`, and the server.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -194,7 +194,7 @@ impl Cluster {
     /// Every API call the executor made (as the fake counted them) is one the chart's Role
     /// grants.
     pub fn assert_calls_within_the_role(&self) {
-        let granted = role();
+        let granted = sluice_e2e::kube::chart_role();
         let calls = self.kube.calls();
         for (call, _) in calls["by"].as_object().expect("calls by verb") {
             assert!(
@@ -210,37 +210,6 @@ fn start_server(sb: &Sandbox, cluster: &std::path::Path, env: &[(String, String)
     let server = Server::start_with(sb, &["--cluster", cluster.to_str().expect("a path")], &env);
     server.wait_ready();
     server
-}
-
-/// `VERB RESOURCE` pairs the chart's Role and ClusterRole grant (its flow lists).
-pub fn role() -> BTreeSet<String> {
-    let text =
-        std::fs::read_to_string(sluice_e2e::root().join("charts/sluice/templates/rbac.yaml"))
-            .expect("the chart's rbac.yaml");
-    let list = |line: &str, key: &str| -> Option<Vec<String>> {
-        let inner = line
-            .trim()
-            .strip_prefix(key)?
-            .trim()
-            .strip_prefix('[')?
-            .strip_suffix(']')?
-            .to_owned();
-        Some(inner.split(',').map(|v| v.trim().to_owned()).collect())
-    };
-    let mut out = BTreeSet::new();
-    let mut resources = Vec::new();
-    for line in text.lines() {
-        if let Some(r) = list(line, "resources:") {
-            resources = r;
-        } else if let Some(verbs) = list(line, "verbs:") {
-            for r in &resources {
-                for v in &verbs {
-                    out.insert(format!("{v} {r}"));
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Waits for run `id` to reach `state` (another end fails the test); says what the run and
