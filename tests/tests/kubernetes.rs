@@ -9,6 +9,7 @@ mod kubernetes {
 }
 
 use kubernetes::setup::{Cluster, NAMESPACE, steps, wait_run, wait_state};
+use serde_json::Value;
 use sluice_e2e::wait_for;
 
 /// The examples run unchanged: artifacts pass between steps through S3, each pod is created
@@ -559,5 +560,131 @@ spec:
     }
     let run = k.run(&id);
     assert!(!run["best"].is_null(), "a best trial: {run}");
+    k.assert_calls_within_the_role();
+}
+
+/// A pool without `nodes` is the cluster's nodes carrying its labels, with their allocatable
+/// GPUs, followed as they come and go: a 4-GPU step goes only to a labelled node with 4 GPUs
+/// free, a node added is used at once, a cordoned one gets nothing new (what runs there stays),
+/// and an attempt keeps the node's name.
+#[test]
+fn a_pool_without_nodes_follows_the_clusters_nodes() {
+    let k = Cluster::start_nodes(
+        "k8s-nodes",
+        &[
+            "big-a:gpu=4,cpu=16,memory=64Gi,label.pool=gpu",
+            "small-b:gpu=2,cpu=16,memory=64Gi,label.pool=gpu",
+            "other:gpu=8,cpu=16,memory=64Gi,label.pool=cpu",
+        ],
+        0,
+        "",
+    );
+    let release = k.sb.path().join("release");
+    let step = |name: &str, gpu: u32| {
+        format!(
+            "    - name: {name}\n      resources: {{gpu: {gpu}, cpu: 1}}\n      env: {{RELEASE: \"{{{{params.release}}}}\"}}\n      run: while [ ! -e \"$RELEASE\" ]; do sleep 0.05; done\n"
+        )
+    };
+    let source = format!(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: nodes}}\nspec:\n  params:\n    release: {{type: string}}\n  steps:\n{}{}{}{}",
+        step("first", 4),
+        step("second", 4),
+        step("third", 4),
+        step("small", 2)
+    );
+    let param = format!("release={}", release.display());
+    let id = k.submit(&source, &[&param]);
+    let running_on = |k: &Cluster| -> std::collections::BTreeMap<String, String> {
+        k.live_pods(&id)
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(|p| {
+                (
+                    p["metadata"]["annotations"]["sluice.dev/step-name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    wait_run(&k, &id, "first on big-a and small on small-b", || {
+        running_on(&k).len() == 2
+    });
+    let on = running_on(&k);
+    assert_eq!(
+        on.get("small").map(String::as_str),
+        Some("small-b"),
+        "{on:?}"
+    );
+    let big = on
+        .iter()
+        .find(|(s, _)| s.as_str() != "small")
+        .map(|(s, n)| (s.clone(), n.clone()))
+        .expect("one 4-GPU step runs");
+    assert_eq!(big.1, "big-a", "{on:?}");
+    // The other two wait: no labelled node has 4 GPUs free (`other` is not in the pool).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let run = k.run(&id);
+    let queued: Vec<(String, Value)> = steps(&run)
+        .into_iter()
+        .filter(|(_, s)| s["state"] == "Queued")
+        .collect();
+    assert_eq!(queued.len(), 2, "{run}");
+    for (_, s) in &queued {
+        let reason = s["reason"].as_str().unwrap_or("");
+        assert!(reason.starts_with("waiting"), "{s}");
+    }
+    // A node joins the pool: one waiting step is placed on it at once.
+    let added = k.kube.call(
+        "POST",
+        "/fake/nodes?spec=big-c:gpu%3D4,cpu%3D16,memory%3D64Gi,label.pool%3Dgpu",
+        None,
+    );
+    assert_eq!(added.status, 201, "{}", added.text());
+    wait_run(&k, &id, "a step on the node that joined", || {
+        running_on(&k).values().any(|n| n == "big-c")
+    });
+    // big-a is cordoned: its step runs on, but nothing new goes there.
+    let cordoned = k.kube.call("POST", "/fake/nodes/big-a/cordon", None);
+    assert_eq!(cordoned.status, 200, "{}", cordoned.text());
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(
+        running_on(&k).get(&big.0).map(String::as_str),
+        Some("big-a")
+    );
+    std::fs::write(&release, "").expect("release");
+    wait_state(&k, &id, "Succeeded");
+    let all = k.kube.pods();
+    let mut by_node: std::collections::BTreeMap<String, usize> = Default::default();
+    for p in all.as_array().expect("pods") {
+        let name = p["name"].as_str().unwrap_or("");
+        if name.contains(&id) {
+            assert_eq!(p["created"], 1, "{p}");
+            *by_node
+                .entry(p["node"].as_str().unwrap_or("").to_owned())
+                .or_default() += 1;
+        }
+    }
+    // first on big-a, small on small-b, second and third one after the other on big-c.
+    assert_eq!(
+        by_node,
+        [("big-a", 1), ("big-c", 2), ("small-b", 1)]
+            .into_iter()
+            .map(|(n, c)| (n.to_owned(), c))
+            .collect(),
+        "{all}"
+    );
+    // The attempts name their nodes (pool and node), not indices.
+    let status = k.cli(&["status", &id, "--output", "json"]);
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    let v: Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let small = steps(&v)["small"].clone();
+    assert_eq!(
+        small["attempts"][0]["nodes"],
+        serde_json::json!([{"pool": "gpu", "node": "small-b"}]),
+        "{small}"
+    );
     k.assert_calls_within_the_role();
 }

@@ -53,6 +53,12 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
             return Ok(Outcome::Invalid);
         }
     };
+    if let Some(p) = cluster.pools.iter().find(|p| p.from_cluster) {
+        return Err(Error::Usage(format!(
+            "{shown}: pool '{}' reads its nodes from Kubernetes (no nodes: given); the simulator needs them declared: add nodes: N and resources: to it",
+            p.name
+        )));
+    }
     let mut config = Config::from_spec(&cluster);
     let wl = args.workload.display().to_string();
     let text = std::fs::read_to_string(&args.workload)

@@ -116,8 +116,8 @@ pub struct Capacity {
 /// themselves (Kubernetes); the local executor runs them here and ignores it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Placement {
-    /// The Cluster node (index) the scheduler chose for each worker, in rank order.
-    pub nodes: Vec<usize>,
+    /// The Cluster node the scheduler chose for each worker, in rank order.
+    pub nodes: Vec<crate::scheduler::NodeRef>,
     /// The step's `image` (None: the executor's default).
     pub image: Option<String>,
     /// Per worker.

@@ -12,11 +12,12 @@
 //! that records it, so no node is ever overcommitted.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
 use crate::scheduler::config::Config;
-use crate::scheduler::{self, Decision, Job, Res, Running};
+use crate::scheduler::{self, Decision, Job, Node, NodeRef, NodeSource, Res, Running};
 use crate::spec::model::{ClusterSpec, Step};
 use crate::store::Claim;
 
@@ -46,13 +47,65 @@ impl Ask {
 pub struct Scheduling {
     pub spec: ClusterSpec,
     config: Config,
+    /// For pools whose nodes are read from the cluster (`nodes` omitted on Kubernetes): what
+    /// follows those nodes, once the run's executor connected.
+    live: OnceLock<Arc<dyn NodeSource>>,
+}
+
+/// The nodes as one decision sees them: the declared ones, then the nodes of the pools read
+/// from the cluster as it reports them now (and any node a claim names that it no longer
+/// reports, with no room), each with its [`NodeRef`].
+struct Nodes {
+    config: Config,
+    refs: Vec<NodeRef>,
+    index: HashMap<NodeRef, usize>,
+    declared: usize,
+}
+
+impl Nodes {
+    /// The index of `r` in this decision, adding a node with no room for a node of a pool read
+    /// from the cluster that the cluster does not report (gone, or not listed yet): what runs
+    /// there is still counted against its team. None: a declared index out of range, or a
+    /// pool the Cluster does not have.
+    fn resolve(&mut self, r: &NodeRef) -> Option<usize> {
+        match r {
+            NodeRef::Declared(i) => (*i < self.declared).then_some(*i),
+            NodeRef::Named { pool, .. } => {
+                if let Some(&i) = self.index.get(r) {
+                    return Some(i);
+                }
+                let p = self
+                    .config
+                    .cluster
+                    .pools
+                    .iter()
+                    .position(|x| x.name == *pool)?;
+                self.config.cluster.nodes.push(Node {
+                    pool: p,
+                    capacity: Res::ZERO,
+                });
+                self.refs.push(r.clone());
+                let i = self.refs.len() - 1;
+                self.index.insert(r.clone(), i);
+                Some(i)
+            }
+        }
+    }
+
+    /// Only the nodes of this decision: a node added by [`Nodes::resolve`] is not one.
+    fn known(&self, r: &NodeRef) -> Option<usize> {
+        match r {
+            NodeRef::Declared(i) => (*i < self.declared).then_some(*i),
+            NodeRef::Named { .. } => self.index.get(r).copied(),
+        }
+    }
 }
 
 /// What one cycle decided for one run's steps.
 #[derive(Clone, Debug, Default)]
 pub struct Verdict {
     /// Step name, the node of each worker.
-    pub admit: Vec<(String, Vec<usize>)>,
+    pub admit: Vec<(String, Vec<NodeRef>)>,
     /// Step name, why it waits.
     pub wait: Vec<(String, String)>,
     /// Attempt folders of steps (of any run) to preempt for this run's steps, with the
@@ -71,7 +124,71 @@ impl Scheduling {
         config.settings.starvation_limit = spec.scheduling.starvation_limit.map(ms);
         config.settings.grace = ms(spec.scheduling.grace_period);
         config.settings.unit_ms = 1;
-        Scheduling { spec, config }
+        Scheduling {
+            spec,
+            config,
+            live: OnceLock::new(),
+        }
+    }
+
+    /// Whether some pool's nodes are read from the cluster rather than declared.
+    pub fn reads_nodes(&self) -> bool {
+        self.spec.pools.iter().any(|p| p.from_cluster)
+    }
+
+    /// From now on, the nodes of the pools read from the cluster are what `source` reports
+    /// (the first source given is kept: one Cluster, one cluster).
+    pub fn follow_nodes(&self, source: Arc<dyn NodeSource>) {
+        let _ = self.live.set(source);
+    }
+
+    /// The nodes now. A node of the cluster belongs to the first pool read from the cluster
+    /// whose labels it all carries; it offers its allocatable resources (capped by the pool's
+    /// `resources`, where given) while it is schedulable, and no room while cordoned or not
+    /// ready, so that what runs there is still counted.
+    fn nodes_now(&self) -> Nodes {
+        let mut config = self.config.clone();
+        let declared = config.cluster.nodes.len();
+        let mut refs: Vec<NodeRef> = (0..declared).map(NodeRef::Declared).collect();
+        if let Some(source) = self.live.get() {
+            let mut found: Vec<(usize, String, Res)> = Vec::new();
+            source.each_node(&mut |n| {
+                let Some(p) = self.spec.pools.iter().position(|pool| {
+                    pool.from_cluster && pool.labels.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+                }) else {
+                    return;
+                };
+                let cap = self.spec.pools[p].resources;
+                let capacity = if n.schedulable {
+                    Res::new(
+                        cap.gpu
+                            .map_or(n.allocatable.gpu, |c| c.min(n.allocatable.gpu)),
+                        cap.millicpu
+                            .map_or(n.allocatable.millicpu, |c| c.min(n.allocatable.millicpu)),
+                        cap.memory
+                            .map_or(n.allocatable.memory, |c| c.min(n.allocatable.memory)),
+                    )
+                } else {
+                    Res::ZERO
+                };
+                found.push((p, n.name.to_owned(), capacity));
+            });
+            found.sort();
+            for (pool, node, capacity) in found {
+                config.cluster.nodes.push(Node { pool, capacity });
+                refs.push(NodeRef::Named {
+                    pool: self.spec.pools[pool].name.clone(),
+                    node,
+                });
+            }
+        }
+        let index = refs.iter().cloned().zip(0..).collect();
+        Nodes {
+            config,
+            refs,
+            index,
+            declared,
+        }
     }
 
     /// The Cluster's settings for attempts and their runtimes: `runtime.heartbeatTimeout`,
@@ -109,14 +226,14 @@ impl Scheduling {
     /// whose request or nodes cannot be read is an error naming it: leaving it out would give
     /// its room away twice.
     pub fn cycle(&self, held: &[Claim], waiting: &[Claim], now: i64) -> Result<Verdicts, String> {
-        let mut config = self.config.clone();
+        let mut table = self.nodes_now();
         let now = u64::try_from(now).unwrap_or(0);
         let mut running = Vec::with_capacity(held.len());
         for (i, c) in held.iter().enumerate() {
-            let (ask, nodes) = held_claim(c)?;
+            let (ask, nodes) = held_claim(c, &mut table)?;
             let started = u64::try_from(c.since).unwrap_or(0);
             running.push(Running {
-                job: job(&mut config, i as u64, &ask, started),
+                job: job(&mut table.config, i as u64, &ask, started),
                 nodes,
                 started,
                 // Time since it started: the executor does not know when it last checkpointed.
@@ -128,12 +245,12 @@ impl Scheduling {
         for (i, c) in waiting.iter().enumerate() {
             if let Ok(ask) = serde_json::from_str::<Ask>(&c.job) {
                 let submitted = u64::try_from(c.since).unwrap_or(0);
-                jobs.push(job(&mut config, base + i as u64, &ask, submitted));
+                jobs.push(job(&mut table.config, base + i as u64, &ask, submitted));
             }
         }
-        let mut settings = config.settings.clone();
+        let mut settings = table.config.settings.clone();
         settings.now = now;
-        let decisions = scheduler::cycle(&config.cluster, &running, &jobs, &settings);
+        let decisions = scheduler::cycle(&table.config.cluster, &running, &jobs, &settings);
         let waiter = |id: u64| id.checked_sub(base).and_then(|i| waiting.get(i as usize));
         let mut verdicts = Verdicts::new();
         for c in waiting {
@@ -145,6 +262,7 @@ impl Scheduling {
                     if let Some(c) = waiter(job)
                         && let Some(verdict) = verdicts.get_mut(&c.run_id)
                     {
+                        let nodes = nodes.iter().map(|&n| table.refs[n].clone()).collect();
                         verdict.admit.push((c.step.clone(), nodes));
                     }
                 }
@@ -181,13 +299,22 @@ impl Scheduling {
     /// Whether `ask`'s workers still fit on `nodes` given what runs (`held`), and if so the GPU
     /// indices each worker gets on its node (the lowest free), worker after worker,
     /// comma-separated.
-    pub fn place(&self, held: &[Claim], ask: &Ask, nodes: &[usize]) -> Option<String> {
-        let cluster = &self.config.cluster;
-        let mut free: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
-        let mut taken: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    pub fn place(&self, held: &[Claim], ask: &Ask, nodes: &[NodeRef]) -> Option<String> {
+        let mut table = self.nodes_now();
+        // A node chosen that the cluster no longer reports has no room.
+        let nodes: Vec<usize> = nodes
+            .iter()
+            .map(|r| table.known(r))
+            .collect::<Option<_>>()?;
+        let mut claims = Vec::with_capacity(held.len());
         for c in held {
             // One that cannot be read: no room is known to be free (the cycle said why).
-            let (other, on) = held_claim(c).ok()?;
+            claims.push(held_claim(c, &mut table).ok()?);
+        }
+        let cluster = &table.config.cluster;
+        let mut free: Vec<Res> = cluster.nodes.iter().map(|n| n.capacity).collect();
+        let mut taken: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+        for (c, (other, on)) in held.iter().zip(claims) {
             let gpus: Vec<u32> = c
                 .gpus
                 .as_deref()
@@ -209,7 +336,7 @@ impl Scheduling {
             }
         }
         let mut out = Vec::new();
-        for &n in nodes {
+        for &n in &nodes {
             let f = free.get_mut(n)?;
             if !ask.per_worker().fits_in(*f) {
                 return None;
@@ -254,8 +381,9 @@ impl Scheduling {
     }
 }
 
-/// The request and nodes of a running attempt, as its engine stored them.
-fn held_claim(c: &Claim) -> Result<(Ask, Vec<usize>), String> {
+/// The request and nodes of a running attempt, as its engine stored them, its nodes as
+/// indices into `table`.
+fn held_claim(c: &Claim, table: &mut Nodes) -> Result<(Ask, Vec<usize>), String> {
     let unreadable = |what: &str, e: &dyn std::fmt::Display| {
         format!(
             "run {}: the {what} stored with the running attempt of '{}' cannot be read ({e})",
@@ -263,11 +391,19 @@ fn held_claim(c: &Claim) -> Result<(Ask, Vec<usize>), String> {
         )
     };
     let ask = serde_json::from_str::<Ask>(&c.job).map_err(|e| unreadable("request", &e))?;
-    let nodes = c
+    let refs: Vec<NodeRef> = c
         .nodes
         .as_deref()
         .ok_or_else(|| unreadable("nodes", &"none"))
         .and_then(|n| serde_json::from_str(n).map_err(|e| unreadable("nodes", &e)))?;
+    let nodes = refs
+        .iter()
+        .map(|r| {
+            table
+                .resolve(r)
+                .ok_or_else(|| unreadable("nodes", &format!("the Cluster has no {r}")))
+        })
+        .collect::<Result<_, _>>()?;
     Ok((ask, nodes))
 }
 
@@ -373,14 +509,14 @@ spec:
         let running = [held("r1", "a", &ask(2, 1), &[0], "0,1")];
         // One worker beside `a` on node 0, one alone on node 1.
         assert_eq!(
-            s.place(&running, &ask(2, 2), &[0, 1]).as_deref(),
+            s.place(&running, &ask(2, 2), &declared(&[0, 1])).as_deref(),
             Some("2,3,0,1")
         );
         // Node 0 has 2 GPUs left: a 4-GPU worker no longer fits there, and nothing is taken.
-        assert_eq!(s.place(&running, &ask(4, 2), &[0, 1]), None);
+        assert_eq!(s.place(&running, &ask(4, 2), &declared(&[0, 1])), None);
         // Two workers of one gang on one node take different GPUs.
         assert_eq!(
-            s.place(&[], &ask(2, 2), &[1, 1]).as_deref(),
+            s.place(&[], &ask(2, 2), &declared(&[1, 1])).as_deref(),
             Some("0,1,2,3")
         );
     }
@@ -390,9 +526,12 @@ spec:
         let s = lab();
         // A 2 x 1 GPU gang holds GPU 0 of node 0 and GPU 0 of node 1 (written "0,0").
         let running = [held("r1", "g", &ask(1, 2), &[0, 1], "0,0")];
-        assert_eq!(s.place(&running, &ask(1, 1), &[1]).as_deref(), Some("1"));
         assert_eq!(
-            s.place(&running, &ask(3, 1), &[0]).as_deref(),
+            s.place(&running, &ask(1, 1), &declared(&[1])).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            s.place(&running, &ask(3, 1), &declared(&[0])).as_deref(),
             Some("1,2,3")
         );
     }
@@ -456,6 +595,118 @@ spec:
         assert!(v.admit.is_empty());
     }
 
+    /// A cluster's nodes as a test says them: name, labels, GPUs allocatable, schedulable.
+    type Reports = Vec<(String, BTreeMap<String, String>, u64, bool)>;
+    struct Reported(std::sync::Mutex<Reports>);
+
+    impl NodeSource for Reported {
+        fn each_node(&self, each: &mut dyn FnMut(scheduler::LiveNode<'_>)) {
+            for (name, labels, gpu, schedulable) in self.0.lock().expect("nodes").iter() {
+                each(scheduler::LiveNode {
+                    name,
+                    labels,
+                    allocatable: Res::new(*gpu, 16_000, 64 << 30),
+                    schedulable: *schedulable,
+                });
+            }
+        }
+    }
+
+    fn node(name: &str, pool: &str, gpu: u64) -> (String, BTreeMap<String, String>, u64, bool) {
+        let labels = [("pool".to_owned(), pool.to_owned())].into();
+        (name.to_owned(), labels, gpu, true)
+    }
+
+    fn declared(nodes: &[usize]) -> Vec<NodeRef> {
+        nodes.iter().map(|&n| NodeRef::Declared(n)).collect()
+    }
+
+    fn named(node: &str) -> NodeRef {
+        NodeRef::Named {
+            pool: "gpu".into(),
+            node: node.into(),
+        }
+    }
+
+    const FOLLOWED: &str = "apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: k}
+spec:
+  executor: kubernetes
+  kubernetes: {namespace: ml, runtimeImage: r}
+  pools:
+    - name: gpu
+      labels: {pool: gpu}
+      resources: {gpu: 4}
+  teams:
+    - {name: vision}
+";
+
+    #[test]
+    fn a_pool_without_nodes_is_the_clusters_labelled_nodes_as_they_are_now() {
+        let (_, spec) =
+            crate::spec::cluster::load("k.yaml", FOLLOWED.into()).expect("the Cluster is valid");
+        assert!(spec.pools[0].from_cluster);
+        let s = Scheduling::new(spec);
+        assert!(s.reads_nodes());
+        // Before the cluster is read, nothing can be placed.
+        let one = [waiting("r", "a", &ask(4, 1), 1)];
+        let v = verdict_of(&s, "r", &[], &one, 10).expect("a cycle");
+        assert!(v.admit.is_empty() && v.wait.len() == 1, "{v:?}");
+        let nodes = Arc::new(Reported(std::sync::Mutex::new(vec![
+            node("n1", "gpu", 8),
+            node("n2", "gpu", 2),
+            node("n3", "cpu", 8),
+        ])));
+        s.follow_nodes(nodes.clone());
+        // n1 offers 4 GPUs (capped by the pool's resources), n2 two, n3 is not in the pool.
+        let v = verdict_of(&s, "r", &[], &one, 10).expect("a cycle");
+        assert_eq!(v.admit, vec![("a".to_owned(), vec![named("n1")])]);
+        let mut running = [held("r", "a", &ask(4, 1), &[], "0,1,2,3")];
+        running[0].nodes = Some(serde_json::to_string(&[named("n1")]).expect("json"));
+        let two = [
+            waiting("r", "b", &ask(2, 1), 2),
+            waiting("r", "c", &ask(4, 1), 3),
+        ];
+        let v = verdict_of(&s, "r", &running, &two, 10).expect("a cycle");
+        assert_eq!(v.admit, vec![("b".to_owned(), vec![named("n2")])], "{v:?}");
+        assert_eq!(v.wait.len(), 1, "{v:?}");
+        // A node joins; n1 is cordoned: c goes to the new one, and placing onto n1 fails.
+        {
+            let mut all = nodes.0.lock().expect("nodes");
+            all.push(node("n4", "gpu", 4));
+            all[0].3 = false;
+        }
+        let v = verdict_of(&s, "r", &running, &two[1..], 10).expect("a cycle");
+        assert_eq!(v.admit, vec![("c".to_owned(), vec![named("n4")])], "{v:?}");
+        assert_eq!(s.place(&[], &ask(1, 1), &[named("n1")]), None);
+        assert_eq!(
+            s.place(&running, &ask(4, 1), &[named("n4")]).as_deref(),
+            Some("0,1,2,3")
+        );
+        // n1 goes away while `a` runs there: its claim still reads (no room, counted), and a
+        // node that was never seen has no room.
+        nodes.0.lock().expect("nodes").remove(0);
+        let v = verdict_of(&s, "r", &running, &two[1..], 10).expect("a cycle");
+        assert_eq!(v.admit, vec![("c".to_owned(), vec![named("n4")])], "{v:?}");
+        assert_eq!(s.place(&[], &ask(1, 1), &[named("gone")]), None);
+        // A claim naming a pool the Cluster does not have cannot be read.
+        let mut odd = running[0].clone();
+        odd.nodes = Some(r#"[{"pool": "nope", "node": "n1"}]"#.into());
+        assert!(verdict_of(&s, "r", &[odd], &[], 10).is_err());
+    }
+
+    #[test]
+    fn declared_nodes_are_still_stored_and_read_as_indices() {
+        let s = lab();
+        let v = verdict_of(&s, "r", &[], &[waiting("r", "a", &ask(4, 1), 1)], 10).expect("cycle");
+        assert_eq!(
+            serde_json::to_string(&v.admit[0].1).expect("json"),
+            "[0]",
+            "{v:?}"
+        );
+    }
+
     #[test]
     fn a_running_attempt_that_cannot_be_read_is_an_error_not_free_room() {
         let s = lab();
@@ -465,6 +716,6 @@ spec:
             .expect_err("an unreadable claim");
         assert!(err.contains("run r1") && err.contains("'a'"), "{err}");
         // Nor does placing onto the nodes believe the room is free.
-        assert_eq!(s.place(&[broken], &ask(1, 1), &[0]), None);
+        assert_eq!(s.place(&[broken], &ask(1, 1), &declared(&[0])), None);
     }
 }

@@ -160,3 +160,42 @@ impl Cluster {
             .map(String::as_str)
     }
 }
+
+/// Where a worker runs, as an attempt stores it: a declared node by its index into the
+/// Cluster's declared nodes (pool by pool, in the file's order), or a node read from
+/// Kubernetes by its pool and name. Names, because the indices of nodes read from a cluster
+/// change as nodes come and go, and every server reading the store must agree on a claim.
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(untagged)]
+pub enum NodeRef {
+    Declared(usize),
+    Named { pool: String, node: String },
+}
+
+impl std::fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeRef::Declared(i) => write!(f, "node {i}"),
+            NodeRef::Named { pool, node } => write!(f, "{pool}/{node}"),
+        }
+    }
+}
+
+/// A node as the cluster reports it, for the pools whose nodes are read from it.
+pub struct LiveNode<'a> {
+    pub name: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+    /// What pods may request on it (`status.allocatable`).
+    pub allocatable: Res,
+    /// Ready, not cordoned, not gone: new work may be placed on it.
+    pub schedulable: bool,
+}
+
+/// What follows a cluster's nodes (the Kubernetes executor's node watch).
+pub trait NodeSource: Send + Sync {
+    /// Calls `each` for every node known, schedulable or not (a node that was seen to go
+    /// stays known for a while: attempts placed on it still hold their claims).
+    fn each_node(&self, each: &mut dyn FnMut(LiveNode<'_>));
+}

@@ -26,7 +26,7 @@ mod tests;
 pub mod workload;
 
 pub use admission::{Decision, Policy, Settings, cycle};
-pub use cluster::{Cluster, Node, Pool, Res, Team};
+pub use cluster::{Cluster, LiveNode, Node, NodeRef, NodeSource, Pool, Res, Team};
 pub use placement::Placement;
 
 /// What a waiting (or running) step asks of the cluster.

@@ -19,6 +19,7 @@ pub use account::{Figures, Key, Price, Row as UsageGroup, Share, Usage, Window, 
 use super::{Error, Principal, Service};
 use crate::run::cluster::Ask;
 use crate::run::state::attempt as at;
+use crate::scheduler::NodeRef;
 use crate::scheduler::config::Config;
 use crate::spec::model::{Action, Pipeline};
 use crate::store::{RunRow, UsageRow};
@@ -256,22 +257,22 @@ impl Service {
         };
         let ask: Ask = serde_json::from_str(job)
             .map_err(|e| corrupt(format!("{}: its request cannot be read ({e})", what())))?;
-        let nodes: Vec<usize> = serde_json::from_str(nodes)
+        let nodes: Vec<NodeRef> = serde_json::from_str(nodes)
             .map_err(|e| corrupt(format!("{}: its nodes cannot be read ({e})", what())))?;
         let pools = self.pools(&a.run_id, runs).await?;
         // Workers per pool, in the Cluster's order of pools.
         let mut workers = vec![0u64; pools.pools.len()];
         for n in nodes {
-            let pool = pools
-                .node_pool
-                .get(n)
-                .and_then(|&p| workers.get_mut(p))
-                .ok_or_else(|| {
-                    corrupt(format!(
-                        "{}: node {n} is not a node of the run's Cluster",
-                        what()
-                    ))
-                })?;
+            let pool = match &n {
+                NodeRef::Declared(i) => pools.node_pool.get(*i).copied(),
+                NodeRef::Named { pool, .. } => pools.pools.iter().position(|(p, _)| p == pool),
+            };
+            let pool = pool.and_then(|p| workers.get_mut(p)).ok_or_else(|| {
+                corrupt(format!(
+                    "{}: {n} is not a node of the run's Cluster",
+                    what()
+                ))
+            })?;
             *pool += 1;
         }
         for ((name, price), count) in pools.pools.iter().zip(workers) {

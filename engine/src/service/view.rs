@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::run::state::{attempt, run as rs, step as st};
+use crate::scheduler::NodeRef;
 use crate::store::{AttemptRow, RunRow, StepRow, Store};
 
 /// A running run's engine: who holds its lease, and whether it still runs.
@@ -74,9 +75,10 @@ pub struct AttemptView {
     /// The last value of each metric this attempt reported.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, f64>,
-    /// Cluster mode: the node (index into the Cluster's nodes, pool by pool) of each worker.
+    /// Cluster mode: the node of each worker: an index into the Cluster's declared nodes (pool
+    /// by pool), or `{pool, node}` for a node read from Kubernetes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<Vec<usize>>,
+    pub nodes: Option<Vec<NodeRef>>,
     /// The GPU indices it held, worker after worker (on its node, in cluster mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpus: Option<Vec<u32>>,

@@ -21,6 +21,9 @@ pub struct Pool {
     pub millicpu: Option<u64>,
     pub memory: Option<u64>,
     pub labels: BTreeMap<String, String>,
+    /// On Kubernetes with `nodes` omitted: the nodes and their resources are known only once
+    /// the cluster is read, so no step is refused for not fitting this pool.
+    pub from_cluster: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -63,9 +66,18 @@ fn read_spec(cx: &mut Cx<'_>, spec: &Node) -> Capacity {
         pools: Vec::new(),
         priorities: DEFAULT_PRIORITIES.iter().map(|s| (*s).to_owned()).collect(),
     };
+    let on_kubernetes = spec
+        .get("executor")
+        .and_then(Node::as_scalar)
+        .is_some_and(|e| e.text == "kubernetes");
     if let Some(pools) = spec.get("pools") {
         match pools.as_seq() {
-            Some(items) => cap.pools = items.iter().filter_map(|p| read_pool(cx, p)).collect(),
+            Some(items) => {
+                cap.pools = items
+                    .iter()
+                    .filter_map(|p| read_pool(cx, p, on_kubernetes))
+                    .collect()
+            }
             None => cx.expected(pools, "pools", "a list of pools"),
         }
     }
@@ -82,8 +94,9 @@ fn read_spec(cx: &mut Cx<'_>, spec: &Node) -> Capacity {
     cap
 }
 
-fn read_pool(cx: &mut Cx<'_>, node: &Node) -> Option<Pool> {
+fn read_pool(cx: &mut Cx<'_>, node: &Node, on_kubernetes: bool) -> Option<Pool> {
     let name = cx.string(node.get("name")?, "pools.name")?;
+    let from_cluster = on_kubernetes && node.get("nodes").is_none();
     let nodes = match node.get("nodes") {
         Some(n) => cx.u32(n, "pools.nodes", 1)?,
         None => 1,
@@ -95,6 +108,7 @@ fn read_pool(cx: &mut Cx<'_>, node: &Node) -> Option<Pool> {
         millicpu: None,
         memory: None,
         labels: BTreeMap::new(),
+        from_cluster,
     };
     if let Some(res) = node.get("resources") {
         if let Some(g) = res.get("gpu") {
@@ -180,6 +194,10 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
                 format!("step '{}': no pool offers flavor '{flavor}'", step.name),
             )
             .suggest(flavor, flavors.iter().copied());
+            continue;
+        }
+        if flavored.iter().any(|pool| pool.from_cluster) {
+            // Known once the cluster's nodes are read: the step waits, with its reason.
             continue;
         }
         let r = &step.resources;

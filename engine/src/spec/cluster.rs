@@ -10,8 +10,8 @@ use super::Loaded;
 use super::decode::Cx;
 use super::diagnostic::{Diagnostic, Diagnostics};
 use super::model::{
-    ClusterPool, ClusterSpec, ClusterTeam, PriorityClass, Quantities, RuntimeSpec, SchedulingSpec,
-    Taint,
+    ClusterPool, ClusterSpec, ClusterTeam, ExecutorKind, PriorityClass, Quantities, RuntimeSpec,
+    SchedulingSpec, Taint,
 };
 use super::yaml::Node;
 
@@ -83,9 +83,15 @@ pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<ClusterSpec> {
 
 pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<ClusterSpec> {
     cx.fields(spec, "spec", SPEC_FIELDS)?;
+    // First: whether pools may leave their nodes to the cluster.
+    let (executor, kubernetes) = super::kubernetes::decode(cx, spec);
+    let on_kubernetes = executor == ExecutorKind::Kubernetes;
     let pools = match spec.get("pools") {
         Some(p) => match p.as_seq() {
-            Some(items) if !items.is_empty() => items.iter().filter_map(|i| pool(cx, i)).collect(),
+            Some(items) if !items.is_empty() => items
+                .iter()
+                .filter_map(|i| pool(cx, i, on_kubernetes))
+                .collect(),
             _ => {
                 cx.expected(p, "pools", "a list of pools ({name, nodes, resources})");
                 Vec::new()
@@ -194,7 +200,6 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
         .get("runtime")
         .map(|r| runtime(cx, r))
         .unwrap_or_default();
-    let (executor, kubernetes) = super::kubernetes::decode(cx, spec);
     Some(ClusterSpec {
         name: name.to_owned(),
         pools,
@@ -286,7 +291,9 @@ fn quantities(cx: &mut Cx<'_>, node: &Node, field: &str) -> Option<Quantities> {
     Some(q)
 }
 
-fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
+/// One pool. On Kubernetes (`on_kubernetes`) a pool may omit `nodes` (and `resources`): its
+/// nodes are then the cluster's nodes carrying its labels.
+fn pool(cx: &mut Cx<'_>, node: &Node, on_kubernetes: bool) -> Option<ClusterPool> {
     cx.fields(
         node,
         "pools",
@@ -304,15 +311,22 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
         cx.d.error(node.pos, "a pool needs a name");
         return None;
     };
+    let from_cluster = on_kubernetes && node.get("nodes").is_none();
     let nodes = match node.get("nodes") {
         Some(n) => cx.u32(n, "pools.nodes", 1)?,
+        None if from_cluster => 0,
         None => 1,
     };
     let resources = match node.get("resources") {
         Some(r) => quantities(cx, r, "pools.resources")?,
+        None if from_cluster => Quantities::default(),
         None => {
             cx.d.error(node.pos, format!("pool '{name}' needs resources"))
-                .help("add resources: {gpu: 8, cpu: 96, memory: 1000Gi}");
+                .help(if on_kubernetes {
+                    "add resources: {gpu: 8, cpu: 96, memory: 1000Gi}, or omit nodes: to read the nodes and their resources from the cluster"
+                } else {
+                    "add resources: {gpu: 8, cpu: 96, memory: 1000Gi}"
+                });
             return None;
         }
     };
@@ -351,6 +365,7 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterPool> {
     Some(ClusterPool {
         name,
         nodes,
+        from_cluster,
         resources,
         labels,
         interruptible,

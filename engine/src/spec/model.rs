@@ -562,8 +562,13 @@ pub struct Quantities {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterPool {
     pub name: String,
+    /// Declared nodes; 0 when the nodes are read from the cluster (`from_cluster`).
     pub nodes: u32,
-    /// Per node.
+    /// On Kubernetes with `nodes` omitted: the pool is whichever of the cluster's nodes carry
+    /// its labels, with their allocatable resources, followed as they come and go.
+    pub from_cluster: bool,
+    /// Per node. For a pool read from the cluster, a cap on each node's allocatable (what is
+    /// not named is not capped).
     pub resources: Quantities,
     pub labels: BTreeMap<String, String>,
     pub interruptible: bool,

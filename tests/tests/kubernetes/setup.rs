@@ -25,8 +25,14 @@ pub struct Cluster {
 }
 
 /// The Cluster file: one pool `gpu` of `pool` nodes with 4 GPUs each (the fake's nodes
-/// labelled `pool=gpu`), team `vision`, short timeouts; `extra` is appended to its spec.
+/// labelled `pool=gpu`; `pool` 0: the nodes and their resources read from the cluster), team
+/// `vision`, short timeouts; `extra` is appended to its spec.
 fn cluster_yaml(objects: &str, pool: usize, extra: &str) -> String {
+    let nodes = if pool == 0 {
+        String::new()
+    } else {
+        format!("      nodes: {pool}\n      resources: {{gpu: 4, cpu: 16, memory: 64Gi}}\n")
+    };
     format!(
         r#"apiVersion: sluice.dev/v1
 kind: Cluster
@@ -41,9 +47,7 @@ spec:
   objects: {objects}
   pools:
     - name: gpu
-      nodes: {pool}
-      resources: {{gpu: 4, cpu: 16, memory: 64Gi}}
-      labels: {{pool: gpu}}
+{nodes}      labels: {{pool: gpu}}
       taints: [{{key: nvidia.com/gpu, effect: NoSchedule}}, {{key: dedicated, value: ml, effect: NoExecute}}]
   teams:
     - {{name: vision}}
@@ -62,6 +66,17 @@ impl Cluster {
 
     /// As [`Cluster::start`], the pool declaring `pool` nodes.
     pub fn start_with(tag: &str, nodes: &[&str], pool: usize, extra: &str) -> Cluster {
+        let specs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("{n}:gpu=4,cpu=16,memory=64Gi,label.pool=gpu"))
+            .collect();
+        let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+        Self::start_nodes(tag, &specs, pool, extra)
+    }
+
+    /// As [`Cluster::start_with`], the fake's nodes given as `fake-kube --node` specs
+    /// (`NAME:gpu=8,cpu=16,memory=64Gi,label.KEY=VALUE`).
+    pub fn start_nodes(tag: &str, specs: &[&str], pool: usize, extra: &str) -> Cluster {
         let sb = Sandbox::new(tag);
         let s3 = S3::start("sluice-k8s");
         let image = sb.path().join("images/runtime");
@@ -71,14 +86,9 @@ impl Cluster {
             image.join("sluice-runtime"),
         )
         .expect("the runtime in its image");
-        let specs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("{n}:gpu=4,cpu=16,memory=64Gi,label.pool=gpu"))
-            .collect();
-        let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
         let kube = FakeKube::start(
             &sb.path().join("kube"),
-            &specs,
+            specs,
             &[(RUNTIME_IMAGE, image.as_path())],
         );
         let mut secret = serde_json::Map::new();

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use super::names;
 use crate::executor::Error;
+use crate::scheduler::{LiveNode, NodeSource, Res};
 
 /// Every call this file makes, by resource: what the Helm chart's Role (and its ClusterRole,
 /// for nodes) must grant, no more (a test holds `charts/sluice/templates/rbac.yaml` to it).
@@ -68,6 +69,10 @@ pub struct NodeState {
     /// Why not ready (the Ready condition's reason), and since when it has been seen so.
     pub not_ready: Option<(String, Instant)>,
     pub gone: bool,
+    /// Cordoned (`spec.unschedulable`): what runs there stays, nothing new is placed.
+    pub cordoned: bool,
+    /// `status.allocatable`: GPUs (`nvidia.com/gpu`), CPU, memory.
+    pub allocatable: Res,
 }
 
 pub struct Connection {
@@ -410,6 +415,8 @@ impl Connection {
                         labels: BTreeMap::new(),
                         not_ready: Some(("the node was deleted".into(), since)),
                         gone: true,
+                        cordoned: true,
+                        allocatable: Res::ZERO,
                     },
                 );
             }
@@ -546,6 +553,41 @@ fn node_state(n: &Node, before: Option<(String, Instant)>) -> NodeState {
         labels: n.metadata.labels.clone().unwrap_or_default(),
         not_ready,
         gone: false,
+        cordoned: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
+        allocatable: allocatable(n),
+    }
+}
+
+/// A node's `status.allocatable` as the scheduler counts it; a quantity that cannot be read
+/// counts as none (the node offers nothing of it, rather than a guess).
+fn allocatable(n: &Node) -> Res {
+    let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) else {
+        return Res::ZERO;
+    };
+    let read = |key: &str, scale: f64| {
+        a.get(key)
+            .and_then(|q| crate::spec::units::parse_quantity(&q.0).ok())
+            .map_or(0, |v| (v * scale).round().max(0.0) as u64)
+    };
+    Res::new(
+        read("nvidia.com/gpu", 1.0),
+        read("cpu", 1000.0),
+        read("memory", 1.0),
+    )
+}
+
+/// The nodes of pools read from the cluster follow this connection's node watch.
+impl NodeSource for Connection {
+    fn each_node(&self, each: &mut dyn FnMut(LiveNode<'_>)) {
+        let seen = self.seen();
+        for (name, n) in &seen.nodes {
+            each(LiveNode {
+                name,
+                labels: &n.labels,
+                allocatable: n.allocatable,
+                schedulable: !n.gone && !n.cordoned && n.not_ready.is_none(),
+            });
+        }
     }
 }
 

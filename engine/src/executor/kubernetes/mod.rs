@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use super::{
     AttemptId, Capacity, Error, Event, Executor, Handle, Placement, Probe, Reason, Settings,
 };
+use crate::scheduler::{NodeRef, NodeSource};
 use crate::spec::model::{ClusterPool, KubernetesSpec};
 use connection::{Change, Connection};
 pub use connection::{VERBS, calls};
@@ -203,7 +204,25 @@ impl Kube {
     /// (not ready past the heartbeat timeout, or deleted) gives its place to the next one with the pool's labels (the scheduler's nodes
     /// stay the ones the Cluster declares; following the cluster's nodes into the scheduler is
     /// not done yet).
-    async fn node_names(&self, indices: &[usize]) -> Result<Vec<(String, usize)>, Error> {
+    /// The cluster's node, and its pool's index, for each node the scheduler chose. A pool
+    /// read from the cluster names its nodes; a declared pool's `nodes` are the first of the
+    /// cluster's nodes carrying its labels, by name, leaving out those lost past the
+    /// heartbeat timeout.
+    async fn node_names(&self, chosen: &[NodeRef]) -> Result<Vec<(String, usize)>, Error> {
+        if let Some(named) = chosen
+            .iter()
+            .map(|r| match r {
+                NodeRef::Named { pool, node } => self
+                    .pools
+                    .iter()
+                    .position(|p| p.name == *pool)
+                    .map(|p| (node.clone(), p)),
+                NodeRef::Declared(_) => None,
+            })
+            .collect::<Option<Vec<_>>>()
+        {
+            return Ok(named);
+        }
         self.conn.listed().await?;
         let seen = self.conn.seen();
         let mut all = Vec::new();
@@ -238,16 +257,26 @@ impl Kube {
                 }));
             }
         }
-        indices
+        chosen
             .iter()
-            .map(|&i| match all.get(i) {
-                Some(Ok(name)) => Ok(name.clone()),
-                Some(Err((pool, declared, found, labels))) => Err(Error::Unavailable(format!(
-                    "pool {pool} declares {declared} nodes but the cluster has {found} with the labels {labels}"
+            .map(|r| match r {
+                NodeRef::Declared(i) => match all.get(*i) {
+                    Some(Ok(name)) => Ok(name.clone()),
+                    Some(Err((pool, declared, found, labels))) => Err(Error::Unavailable(format!(
+                        "pool {pool} declares {declared} nodes but the cluster has {found} with the labels {labels}"
+                    ))),
+                    None => Err(Error::Unavailable(format!("no node {i} in the Cluster's pools"))),
+                },
+                NodeRef::Named { pool, node } => Err(Error::Unavailable(format!(
+                    "the Cluster has no pool {pool} (for node {node})"
                 ))),
-                None => Err(Error::Unavailable(format!("no node {i} in the Cluster's pools"))),
             })
             .collect()
+    }
+
+    /// What follows the cluster's nodes, for a scheduler whose pools are read from it.
+    pub fn node_source(&self) -> Arc<dyn NodeSource> {
+        self.conn.clone()
     }
 
     fn follow(&mut self, id: &AttemptId, at: Where) {

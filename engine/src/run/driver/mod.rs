@@ -227,9 +227,17 @@ impl Driver<Chosen> {
                 .flatten()
         });
         let executor = match kubernetes {
-            Some((k, pools)) => Chosen::Kubernetes(
-                Kube::new(&k, &pools, run_id, &run.team, objects.clone(), settings).await?,
-            ),
+            Some((k, pools)) => {
+                let kube =
+                    Kube::new(&k, &pools, run_id, &run.team, objects.clone(), settings).await?;
+                // Pools without declared nodes are the cluster's nodes, as its watch sees them.
+                if let Some(s) = scheduler.as_deref()
+                    && s.scheduling().reads_nodes()
+                {
+                    s.scheduling().follow_nodes(kube.node_source());
+                }
+                Chosen::Kubernetes(kube)
+            }
             None => Chosen::Local(Local::new(&store.home, run_id, objects.clone(), settings)),
         };
         Driver::open_with(store, run, objects, executor, scheduler, settings, clock).await
