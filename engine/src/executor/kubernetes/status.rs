@@ -55,6 +55,16 @@ pub fn of(pod: &Pod) -> Worker {
     if status.reason.as_deref() == Some("Evicted") {
         return Worker::Lost(words("Evicted", status.message.as_deref()));
     }
+    // The node's kubelet refused the pinned pod at admission (`OutOfnvidia.com/gpu`: pods
+    // sluice does not know hold the room): a failed placement, queued again, not the step's
+    // failure.
+    if status.phase.as_deref() == Some("Failed")
+        && let Some(reason) = status.reason.as_deref()
+        && (reason.starts_with("OutOf")
+            || matches!(reason, "UnexpectedAdmissionError" | "NodeAffinity"))
+    {
+        return Worker::Lost(words(reason, status.message.as_deref()));
+    }
     let main = status
         .container_statuses
         .as_ref()
@@ -149,6 +159,13 @@ mod tests {
         assert_eq!(
             of(&evicted),
             Worker::Lost("Evicted: The node was low on resource: memory.".into())
+        );
+        let refused = pod(
+            json!({"phase": "Failed", "reason": "OutOfnvidia.com/gpu", "message": "Node didn't have enough resource: nvidia.com/gpu, requested: 4, used: 4, capacity: 4"}),
+        );
+        assert_eq!(
+            of(&refused),
+            Worker::Lost("OutOfnvidia.com/gpu: Node didn't have enough resource: nvidia.com/gpu, requested: 4, used: 4, capacity: 4".into())
         );
         let unsched = pod(
             json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes are available"}]}),
