@@ -423,3 +423,103 @@ spec:
     let runs = sb.run(&["runs", "--output", "json"]);
     assert_eq!(runs.stdout.trim(), "[]", "{}", runs.stdout);
 }
+
+/// `acrossTeams: {below: default}`: a production step of a team without quota preempts
+/// another team's best-effort step although that team is within its quota; the victim
+/// resumes from its checkpoint once there is room.
+#[test]
+fn a_production_step_preempts_another_teams_best_effort_step_across_teams() {
+    let sb = Sandbox::new("sched-across");
+    sb.write(
+        "cluster.yaml",
+        r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 2
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+  teams:
+    - {name: vision, quota: {gpu: 8}}
+    - {name: nlp}
+  preemption:
+    gracePeriod: 2s
+    acrossTeams: {below: default}
+"#,
+    );
+    sb.write("counter.py", COUNTER);
+    // vision fills both nodes with best-effort work, all of it within its quota.
+    sb.write(
+        "vision.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: vision, team: vision}}
+spec:
+  steps:
+    - name: a
+      priority: best-effort
+      resources: {{gpu: 4}}
+      checkpoint: {{every: 100ms}}
+      run: {a}
+    - name: b
+      priority: best-effort
+      resources: {{gpu: 4}}
+      checkpoint: {{every: 100ms}}
+      run: {b}
+"#,
+            a = counter("a", 50),
+            b = counter("b", 50),
+        ),
+    );
+    sb.write(
+        "nlp.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: nlp, team: nlp}}
+spec:
+  steps:
+    - name: urgent
+      priority: production
+      resources: {{gpu: 4}}
+      run: {start}; sleep 1; {end}
+"#,
+            start = note("nlp-start", ""),
+            end = note("nlp-end", ""),
+        ),
+    );
+    let mut vision = sb.spawn(&["run", "vision.yaml", "--cluster", "cluster.yaml"]);
+    wait_for("both vision steps to count past 25", || {
+        count(&sb, "a") >= 25 && count(&sb, "b") >= 25
+    });
+    let nlp = sb.run(&["run", "nlp.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(nlp.code, Some(0), "{}", nlp.stderr);
+    // nlp ran while vision still had both steps to finish.
+    assert!(
+        count(&sb, "a") < 50 || count(&sb, "b") < 50,
+        "nlp only ran once vision was done: {:?}",
+        log(&sb)
+    );
+    assert!(wait::status(&mut vision, "sluice run vision.yaml").success());
+    let log = log(&sb);
+    let restarts: BTreeMap<&str, usize> = ["a", "b"]
+        .iter()
+        .map(|s| (*s, times(&log, &format!("{s}-start")).len()))
+        .collect();
+    // Exactly one best-effort step was preempted, once, and resumed from its checkpoint: its
+    // second start began past 0.
+    assert_eq!(
+        restarts.values().filter(|&&n| n == 2).count(),
+        1,
+        "{restarts:?}: {log:?}"
+    );
+    let resumed = log
+        .iter()
+        .filter(|(w, _, _)| w == "a-start" || w == "b-start")
+        .filter_map(|(_, _, rest)| rest.split_whitespace().next()?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(resumed > 0, "resumed from a checkpoint: {log:?}");
+}

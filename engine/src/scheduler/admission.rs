@@ -60,6 +60,10 @@ pub struct Settings {
     pub reclaim: bool,
     /// A step may preempt lower-priority steps of its own team (`withinTeam: lowerPriority`).
     pub within_team: bool,
+    /// `acrossTeams: {below: CLASS}`, CLASS's priority value: a step may preempt other teams'
+    /// steps whose priority is lower than both its own and this, even within their quota.
+    /// None: other teams' steps are preempted only to reclaim what they borrowed.
+    pub across_below: Option<i64>,
     /// A step waiting longer than this (in the unit of `Job::submitted`) reserves the nodes
     /// it will take: until it starts, nothing else starts on them (see the module doc). None:
     /// no reservations.
@@ -83,6 +87,7 @@ impl Default for Settings {
             backfill: true,
             reclaim: true,
             within_team: true,
+            across_below: None,
             starvation_limit: None,
             grace: 30,
             now: 0,
@@ -172,14 +177,20 @@ pub fn cycle(
     // just decided changes its rank (its usage and its next step), so only it is re-keyed.
     let rank = |t: usize, j: &Job, usage: &[Res]| -> Rank {
         if settings.policy != Policy::Fair {
-            return Rank(false, 0.0, t);
+            return Rank(0, false, 0.0, t);
         }
+        // With `acrossTeams`, lower classes come after higher ones of every team: started
+        // first, they would only be preempted for them (and what they free taken back by
+        // their own team's next step, cycle after cycle).
+        let tier = settings
+            .across_below
+            .map_or(0, |below| -j.priority.min(below));
         let team = &cluster.teams[t];
         // Below its quota, or its next step keeps it within: it goes first, even when that
         // step is a gang that takes it past its quota.
         let under = below(usage[t], team.quota) || (usage[t] + j.demand()).fits_in(team.quota);
         let share = usage[t].dominant_share(total) / team.weight.max(1e-9);
-        Rank(!under, share, t)
+        Rank(tier, !under, share, t)
     };
     let mut turns: BTreeSet<Rank> = queues
         .iter()
@@ -187,7 +198,7 @@ pub fn cycle(
         .collect();
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
-    while let Some(Rank(_, _, q)) = turns.pop_first() {
+    while let Some(Rank(_, _, _, q)) = turns.pop_first() {
         let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
             break;
         };
@@ -275,10 +286,26 @@ fn may_preempt(
             && settings.policy != Policy::Fifo
             && job.priority > holder.priority;
     }
+    if across(job, holder, settings) {
+        return true;
+    }
     settings.policy == Policy::Fair
         && settings.reclaim
+        && !across(holder, job, settings)
         && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
         && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+}
+
+/// Whether `job` may preempt `other` (of another team) across teams: `acrossTeams` is set and
+/// `other`'s priority is below both `job`'s and the class named. Strictly below, so two
+/// steps never preempt each other in turn this way; and a step that `other` could preempt
+/// so never takes `other`'s room back by reclaim either (see `reclaim`).
+pub(super) fn across(job: &Job, other: &Job, settings: &Settings) -> bool {
+    settings.policy != Policy::Fifo
+        && job.team != other.team
+        && settings
+            .across_below
+            .is_some_and(|below| other.priority < below.min(job.priority))
 }
 
 /// Whether `job` could start on the empty cluster within its team's ceiling (quota plus
@@ -351,6 +378,17 @@ pub(super) fn reservation_for(
     order.into_iter().collect()
 }
 
+/// Whose steps a waiting step preempts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Victims {
+    /// Other teams', what they borrowed (its team is under its quota).
+    Borrowed,
+    /// Its own team's lower priorities (`withinTeam: lowerPriority`).
+    OwnTeam,
+    /// Other teams' lower classes (`acrossTeams`).
+    OtherTeams,
+}
+
 /// What `try_start` did.
 enum Tried {
     Started,
@@ -402,33 +440,52 @@ fn try_start(
     let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
     let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
     let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
+    let may_cross = settings.policy != Policy::Fifo && settings.across_below.is_some();
     let find = |settings: &Settings, st: &mut State| {
         if may_reclaim
             && let Some(chosen) = reclaim(cluster, running, st, job, shape, closed, settings)
         {
-            return Some((true, chosen));
+            return Some((Victims::Borrowed, chosen));
         }
         if may_preempt
             && let Some(chosen) = lower_priority(cluster, running, st, job, shape, closed, settings)
         {
-            return Some((false, chosen));
+            return Some((Victims::OwnTeam, chosen));
+        }
+        if may_cross
+            && let Some(chosen) = across_teams(cluster, running, st, job, shape, closed, settings)
+        {
+            return Some((Victims::OtherTeams, chosen));
         }
         None
     };
-    if let Some((reclaimed, chosen)) = find(settings, st) {
+    if let Some((kind, chosen)) = find(settings, st) {
         let closed = st.closed(closed);
         hold(st, &chosen, &closed, job, shape, settings);
         let n = chosen.len();
         let what = if n == 0 {
             "room that preemptions already under way will free is held for it".to_owned()
-        } else if reclaimed {
-            format!("{n} borrowed step(s) of other teams are being preempted to make room")
         } else {
-            format!(
-                "{n} lower-priority step(s) of team {} are being preempted to make room",
-                team.name
-            )
+            match kind {
+                Victims::Borrowed => {
+                    format!("{n} borrowed step(s) of other teams are being preempted to make room")
+                }
+                Victims::OwnTeam => format!(
+                    "{n} lower-priority step(s) of team {} are being preempted to make room",
+                    team.name
+                ),
+                Victims::OtherTeams => format!(
+                    "{n} lower-class step(s) of other teams are being preempted to make room"
+                ),
+            }
         };
+        // Room taken from other teams is said so, whoever frees it.
+        let what = if kind == Victims::OtherTeams {
+            format!("{what} (acrossTeams)")
+        } else {
+            what
+        };
+        let reclaimed = kind != Victims::OwnTeam;
         for v in chosen {
             // Its team still holds it until it has stopped.
             st.victims.insert(v.job.id);
@@ -446,7 +503,9 @@ fn try_start(
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
             st.refresh_over(cluster, job.team, true);
-            return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
+            if kind == Victims::Borrowed {
+                return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
+            }
         }
         return Tried::Preempting(what);
     }
@@ -468,14 +527,16 @@ fn try_start(
             grace: 0,
             ..settings.clone()
         };
-        if let Some((reclaimed, _)) = find(&patient, st) {
-            let whose = if reclaimed {
-                format!(
+        if let Some((kind, _)) = find(&patient, st) {
+            let whose = match kind {
+                Victims::Borrowed => format!(
                     "team {} is under its quota, but the borrowed steps in its way",
                     team.name
-                )
-            } else {
-                format!("the lower-priority steps of team {} in its way", team.name)
+                ),
+                Victims::OwnTeam => {
+                    format!("the lower-priority steps of team {} in its way", team.name)
+                }
+                Victims::OtherTeams => "the lower-class steps of other teams in its way".into(),
             };
             let secs = settings.grace.saturating_mul(settings.unit_ms) as f64 / 1000.0;
             return Tried::Waits(format!(

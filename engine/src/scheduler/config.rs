@@ -77,6 +77,11 @@ impl Config {
                 backfill: s.backfill,
                 reclaim: s.reclaim,
                 within_team: s.within_team,
+                // Validated: the class exists.
+                across_below: s
+                    .across_below
+                    .as_ref()
+                    .and_then(|c| priorities.get(c).copied()),
                 // Seconds: the simulator's unit (the executor sets milliseconds: run::cluster).
                 starvation_limit: s.starvation_limit.map(|d| d.as_secs()),
                 grace: s.grace_period.as_secs(),

@@ -87,10 +87,17 @@ pub fn cycle_reference(
                     let under = below(st.usage[t], team.quota)
                         || (st.usage[t] + j.demand()).fits_in(team.quota);
                     let share = st.usage[t].dominant_share(total) / team.weight.max(1e-9);
-                    (!under, share)
+                    // With `acrossTeams`, lower classes after higher ones of every team.
+                    let tier = settings
+                        .across_below
+                        .map_or(0, |below| -j.priority.min(below));
+                    (tier, !under, share)
                 };
                 let (ra, rb) = (rank(**qa, ja), rank(**qb, jb));
-                ra.0.cmp(&rb.0).then(ra.1.total_cmp(&rb.1)).then(qa.cmp(qb))
+                ra.0.cmp(&rb.0)
+                    .then(ra.1.cmp(&rb.1))
+                    .then(ra.2.total_cmp(&rb.2))
+                    .then(qa.cmp(qb))
             })
             .map(|(q, _)| *q);
         let Some(q) = next else { break };
@@ -193,10 +200,24 @@ fn may_preempt(
             && settings.policy != Policy::Fifo
             && job.priority > holder.priority;
     }
+    if across(job, holder, settings) {
+        return true;
+    }
     settings.policy == Policy::Fair
         && settings.reclaim
+        && !across(holder, job, settings)
         && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
         && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+}
+
+/// Whether `job` may preempt `other` across teams (`acrossTeams`): another team's step whose
+/// priority is below both `job`'s and the class named.
+fn across(job: &Job, other: &Job, settings: &Settings) -> bool {
+    settings.policy != Policy::Fifo
+        && job.team != other.team
+        && settings
+            .across_below
+            .is_some_and(|below| other.priority < below.min(job.priority))
 }
 
 /// Whether `job` could start on the empty cluster within its team's ceiling (quota plus
@@ -329,33 +350,47 @@ fn try_start(
             *room += st.pending[n];
         }
     }
+    let may_cross = settings.policy != Policy::Fifo && settings.across_below.is_some();
     let find = |settings: &Settings, st: &State| {
         if may_reclaim
             && let Some(chosen) = reclaim(cluster, running, &soon, closed, st, job, settings)
         {
-            return Some((true, chosen));
+            return Some((0, chosen));
         }
         if may_preempt
             && let Some(chosen) =
                 lower_priority(cluster, running, &soon, closed, &st.victims, job, settings)
         {
-            return Some((false, chosen));
+            return Some((1, chosen));
+        }
+        if may_cross
+            && let Some(chosen) =
+                across_teams(cluster, running, &soon, closed, &st.victims, job, settings)
+        {
+            return Some((2, chosen));
         }
         None
     };
-    if let Some((reclaimed, chosen)) = find(settings, st) {
+    if let Some((kind, chosen)) = find(settings, st) {
         let closed = closed.clone();
         hold(cluster, st, &chosen, &closed, job, settings);
         let n = chosen.len();
         let what = if n == 0 {
             "room that preemptions already under way will free is held for it".to_owned()
-        } else if reclaimed {
+        } else if kind == 0 {
             format!("{n} borrowed step(s) of other teams are being preempted to make room")
-        } else {
+        } else if kind == 1 {
             format!(
                 "{n} lower-priority step(s) of team {} are being preempted to make room",
                 team.name
             )
+        } else {
+            format!("{n} lower-class step(s) of other teams are being preempted to make room")
+        };
+        let what = if kind == 2 {
+            format!("{what} (acrossTeams)")
+        } else {
+            what
         };
         for v in chosen {
             // Its team still holds it until it has stopped.
@@ -365,10 +400,12 @@ fn try_start(
                 job: job.id,
             });
         }
-        if reclaimed {
+        if kind != 1 {
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
-            return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
+            if kind == 0 {
+                return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
+            }
         }
         return Tried::Preempting(what);
     }
@@ -384,14 +421,16 @@ fn try_start(
             grace: 0,
             ..settings.clone()
         };
-        if let Some((reclaimed, _)) = find(&patient, st) {
-            let whose = if reclaimed {
+        if let Some((kind, _)) = find(&patient, st) {
+            let whose = if kind == 0 {
                 format!(
                     "team {} is under its quota, but the borrowed steps in its way",
                     team.name
                 )
-            } else {
+            } else if kind == 1 {
                 format!("the lower-priority steps of team {} in its way", team.name)
+            } else {
+                "the lower-class steps of other teams in its way".to_owned()
             };
             let secs = settings.grace.saturating_mul(settings.unit_ms) as f64 / 1000.0;
             return Tried::Waits(format!(
@@ -459,6 +498,8 @@ fn reclaim<'a>(
         .iter()
         .filter(|r| r.job.team != job.team && !taken.contains(&r.job.id))
         .filter(|r| preemptible(r, settings))
+        // Never a step that could preempt `job` across teams (no preemption loops).
+        .filter(|r| !across(&r.job, job, settings))
         .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
@@ -505,6 +546,39 @@ fn lower_priority<'a>(
                 && r.job.priority < job.priority
                 && !taken.contains(&r.job.id)
                 && preemptible(r, settings)
+        })
+        .collect();
+    candidates.sort_by_key(|r| victim_order(r));
+    if placement::place(cluster, free, job, settings.placement).is_some() {
+        return Some(Vec::new());
+    }
+    let mut free = free.to_vec();
+    let mut chosen = Vec::new();
+    for r in candidates {
+        release(&mut free, r, closed);
+        chosen.push(r);
+        if placement::place(cluster, &free, job, settings.placement).is_some() {
+            return Some(prune(cluster, free, chosen, closed, job, settings));
+        }
+    }
+    None
+}
+
+/// Other teams' running steps whose class is below both `job`'s and `acrossTeams.below`,
+/// whose stopping lets `job` fit, in the victim order; None when even all would not do.
+fn across_teams<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    free: &[Res],
+    closed: &BTreeSet<usize>,
+    taken: &BTreeSet<u64>,
+    job: &Job,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    let mut candidates: Vec<&Running> = running
+        .iter()
+        .filter(|r| {
+            across(job, &r.job, settings) && !taken.contains(&r.job.id) && preemptible(r, settings)
         })
         .collect();
     candidates.sort_by_key(|r| victim_order(r));

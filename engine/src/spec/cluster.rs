@@ -175,13 +175,9 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
                 "acrossTeams",
             ],
         );
-        not_yet(
-            cx,
-            p,
-            "acrossTeams",
-            "preemption across teams",
-            "other teams' steps are preempted only to take back what they borrowed",
-        );
+        if let Some(a) = p.get("acrossTeams") {
+            scheduling.across_below = across_teams(cx, a, &priorities);
+        }
         if let Some(w) = p.get("withinTeam") {
             scheduling.within_team =
                 one_of(cx, w, "preemption.withinTeam", &["never", "lowerPriority"])
@@ -421,6 +417,26 @@ fn taints(cx: &mut Cx<'_>, node: &Node) -> Vec<Taint> {
 
 /// A field the contract has that this version does not honour yet: an error saying so (not
 /// "unknown field", and never accepted and ignored).
+/// `acrossTeams: {below: CLASS}`: the class, which must be one of the Cluster's.
+fn across_teams(cx: &mut Cx<'_>, node: &Node, priorities: &[PriorityClass]) -> Option<String> {
+    cx.fields(node, "preemption.acrossTeams", &["below"])?;
+    let Some(below) = node.get("below") else {
+        cx.d.error(node.pos, "preemption.acrossTeams needs below: a priority class")
+            .help("write acrossTeams: {below: default}: steps of a class above it preempt other teams' steps below it");
+        return None;
+    };
+    let class = cx.string(below, "preemption.acrossTeams.below")?;
+    if !priorities.iter().any(|p| p.name == class) {
+        cx.d.error(
+            below.pos,
+            format!("preemption.acrossTeams.below: the Cluster has no priority class '{class}'"),
+        )
+        .suggest(&class, priorities.iter().map(|p| p.name.as_str()));
+        return None;
+    }
+    Some(class)
+}
+
 fn not_yet(cx: &mut Cx<'_>, node: &Node, key: &str, what: &str, without: &str) {
     if let Some(e) = node.as_map().and_then(|m| m.iter().find(|e| e.key == key)) {
         cx.d.error(
@@ -521,6 +537,7 @@ impl Default for SchedulingSpec {
             starvation_limit: None,
             within_team: true,
             reclaim: true,
+            across_below: None,
             grace_period: Duration::from_secs(30),
         }
     }

@@ -616,5 +616,8 @@ pub struct SchedulingSpec {
     pub within_team: bool,
     /// `preemption.reclaimBorrowed`.
     pub reclaim: bool,
+    /// `preemption.acrossTeams.below`: a step may preempt other teams' steps whose class is
+    /// lower than both its own and this one (a priority class name; None: never).
+    pub across_below: Option<String>,
     pub grace_period: Duration,
 }

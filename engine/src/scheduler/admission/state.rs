@@ -7,9 +7,17 @@ use super::*;
 /// A step's place in its queue: (minus priority or 0, submitted, id), smallest first.
 pub(super) type Key = (i64, u64, u64);
 
-/// A queue's turn: (past its quota, dominant share per unit of weight, queue), smallest first.
+/// A queue's turn: (minus its next step's tier, past its quota, dominant share per unit of
+/// weight, queue), smallest first. The tier is 0 but with `acrossTeams`: then it is the step's
+/// priority capped at the class named, so that a step never starts ahead of a higher-tier
+/// step of another team that could preempt it right after.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Rank(pub(super) bool, pub(super) f64, pub(super) usize);
+pub(super) struct Rank(
+    pub(super) i64,
+    pub(super) bool,
+    pub(super) f64,
+    pub(super) usize,
+);
 
 impl PartialEq for Rank {
     fn eq(&self, o: &Rank) -> bool {
@@ -29,8 +37,9 @@ impl Ord for Rank {
     fn cmp(&self, o: &Rank) -> std::cmp::Ordering {
         self.0
             .cmp(&o.0)
-            .then(self.1.total_cmp(&o.1))
-            .then(self.2.cmp(&o.2))
+            .then(self.1.cmp(&o.1))
+            .then(self.2.total_cmp(&o.2))
+            .then(self.3.cmp(&o.3))
     }
 }
 

@@ -27,7 +27,12 @@ pub(super) fn reclaim<'a>(
         return st.fits_soon(job, shape, closed, settings).then(Vec::new);
     }
     let q = Query::Reclaimable(closed, settings.grace);
-    if st.known_to_fail(q, shape) {
+    // Steps that could preempt `job` across teams are not its victims (see `across`): the
+    // room below, computed without that rule, is then no bound for it.
+    let bounded = settings
+        .across_below
+        .is_none_or(|below| job.priority >= below);
+    if bounded && st.known_to_fail(q, shape) {
         return None;
     }
     // The room once the pass below has taken every victim it may (what it takes of a team
@@ -51,7 +56,9 @@ pub(super) fn reclaim<'a>(
         st.rooms.insert(key, most.clone());
         most
     };
-    st.place(q, shape, &most, job, settings)?;
+    if bounded {
+        st.place(q, shape, &most, job, settings)?;
+    }
     let closed_set = st.closed(closed);
     let free = st.soon(closed);
     // What each team will hold once the victims already chosen this cycle have stopped.
@@ -62,7 +69,10 @@ pub(super) fn reclaim<'a>(
         usage.insert(t, held(t));
         for &i in st.teams().of(t) {
             let r = &running[i];
-            if !st.victims.contains(&r.job.id) && preemptible(r, settings) {
+            if !st.victims.contains(&r.job.id)
+                && preemptible(r, settings)
+                && !across(&r.job, job, settings)
+            {
                 candidates.push(i);
             }
         }
@@ -158,6 +168,55 @@ pub(super) fn lower_priority<'a>(
     let mut free = free;
     let mut chosen = Vec::new();
     for r in candidates {
+        release(&mut free, r, &closed_set);
+        chosen.push(r);
+        if place(&free).is_some() {
+            return Some(prune(allowed, free, chosen, &closed_set, job, settings));
+        }
+    }
+    None
+}
+
+/// Other teams' running steps whose class is below both `job`'s and `acrossTeams.below`
+/// (even within their quota), whose stopping lets `job` fit, in the victim order; None when
+/// even all of them would not do.
+pub(super) fn across_teams<'a>(
+    cluster: &Cluster,
+    running: &'a [Running],
+    st: &mut State,
+    job: &Job,
+    shape: Shape,
+    closed: bool,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
+    st.index(cluster, running);
+    let mut candidates: Vec<usize> = Vec::new();
+    for t in (0..cluster.teams.len()).filter(|&t| t != job.team) {
+        for &i in st.teams().of(t) {
+            let r = &running[i];
+            if across(job, &r.job, settings)
+                && !st.victims.contains(&r.job.id)
+                && preemptible(r, settings)
+            {
+                candidates.push(i);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
+    }
+    candidates.sort_by_key(|&i| (victim_order(&running[i]), i));
+    let closed_set = st.closed(closed);
+    let free = st.soon(closed);
+    let allowed = &st.allowed[shape.2].2;
+    let place = |free: &[Res]| placement::place_on(allowed, free, job, settings.placement);
+    if place(&free).is_some() {
+        return Some(Vec::new());
+    }
+    let mut free = free;
+    let mut chosen = Vec::new();
+    for i in candidates {
+        let r = &running[i];
         release(&mut free, r, &closed_set);
         chosen.push(r);
         if place(&free).is_some() {

@@ -22,6 +22,7 @@ proptest! {
         s.within_team = variant % 4 < 2;
         s.reclaim = variant % 8 < 4;
         s.grace = if variant >= 12 { 0 } else { 30 };
+        s.across_below = [None, Some(100), Some(200)][usize::from(variant / 3 % 3)];
         prop_assert_eq!(
             cycle(&c, &running, &queue, &s),
             super::reference::cycle_reference(&c, &running, &queue, &s)
@@ -137,6 +138,7 @@ fn a_large_cycle_decides_exactly_as_the_reference_cycle() {
                     backfill: variant != 3,
                     reclaim: true,
                     within_team: variant != 2,
+                    across_below: [None, Some(100), None, Some(200)][usize::from(variant)],
                     starvation_limit: starvation,
                     grace: if variant == 1 { 0 } else { 30 },
                     now: 2020,

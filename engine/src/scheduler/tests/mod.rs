@@ -598,3 +598,70 @@ fn interruptible_pools_take_only_interruptible_steps_and_those_prefer_them() {
         "an on-demand gang never lands on spot"
     );
 }
+
+/// `acrossTeams: {below: default}`: another team's production (or default) step preempts
+/// best-effort steps held within that team's quota, never its default or production work,
+/// and only once they have run a grace period; without the setting it waits.
+#[test]
+fn across_teams_production_displaces_other_teams_best_effort_only() {
+    // Two nodes of 4 GPUs; team 0 holds both within its quota of 8.
+    let c = cluster(2, vec![team("b", 1.0, 8, None), team("a", 1.0, 4, None)]);
+    let run = |id: u64, prio: i64, node: usize, started: u64| {
+        let mut j = job(id, 0, 1, 2);
+        j.priority = prio;
+        Running {
+            job: j,
+            nodes: vec![node],
+            started,
+            work_at_risk: 0,
+        }
+    };
+    // Node 0: a best-effort and a default step; node 1: two best-effort, one young.
+    let running = vec![
+        run(1, 0, 0, 0),
+        run(2, 100, 0, 0),
+        run(3, 0, 1, 0),
+        run(4, 0, 1, 990),
+    ];
+    let mut urgent = job(10, 1, 1, 4);
+    urgent.priority = 1000;
+    let mut settings = Settings {
+        now: 1000,
+        ..Settings::default()
+    };
+    let d = cycle(&c, &running, std::slice::from_ref(&urgent), &settings);
+    assert!(victims_for(&d, 10).is_empty(), "{d:?}");
+    assert!(!reason(&d, 10).contains("acrossTeams"), "{d:?}");
+    settings.across_below = Some(100);
+    let d = cycle(&c, &running, std::slice::from_ref(&urgent), &settings);
+    // Node 1 is free of the default step; of its two best-effort steps, one started less than a
+    // grace period ago: nothing is preempted yet, and it says why.
+    assert!(victims_for(&d, 10).is_empty(), "{d:?}");
+    let why = reason(&d, 10);
+    assert!(
+        why.contains("lower-class steps of other teams") && why.contains("grace period"),
+        "{why}"
+    );
+    // Later, both best-effort steps on node 1 go; the default step on node 0 never does.
+    settings.now = 2000;
+    let d = cycle(&c, &running, std::slice::from_ref(&urgent), &settings);
+    let mut victims = victims_for(&d, 10);
+    victims.sort_unstable();
+    assert_eq!(victims, vec![3, 4], "{d:?}");
+    assert!(reason(&d, 10).ends_with("(acrossTeams)"), "{d:?}");
+    // A default step of team a may too (best-effort is below both), a best-effort one not.
+    let mut plain = urgent.clone();
+    plain.priority = 100;
+    let d = cycle(&c, &running, &[plain.clone()], &settings);
+    assert_eq!(victims_for(&d, 10).len(), 2, "{d:?}");
+    plain.priority = 0;
+    let d = cycle(&c, &running, &[plain], &settings);
+    assert!(victims_for(&d, 10).is_empty(), "{d:?}");
+    // Nor may anything preempt another team's production or default work.
+    let mut prod = running.clone();
+    for r in &mut prod {
+        r.job.priority = 100;
+    }
+    let d = cycle(&c, &prod, std::slice::from_ref(&urgent), &settings);
+    assert!(victims_for(&d, 10).is_empty(), "{d:?}");
+}

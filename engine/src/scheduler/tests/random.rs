@@ -69,43 +69,47 @@ pub(super) fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<J
                 arb_jobs(n, 0),
                 arb_jobs(n, 1000),
                 any::<(bool, bool, u8, bool)>(),
+                prop::option::of(prop::sample::select(vec![100i64, 200])),
             )
         })
-        .prop_map(|(c, first, queue, (backfill, reclaim, p, late))| {
-            // Late: the first half of the queue has waited past the starvation limit.
-            let now = if late { 1510 } else { 1200 };
-            let settings = Settings {
-                starvation_limit: (p % 4 == 0).then_some(500),
-                grace: 30,
-                now,
-                within_team: p % 5 != 0,
-                policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
-                placement: if p % 2 == 0 {
-                    Placement::Binpack
-                } else {
-                    Placement::Spread
-                },
-                backfill,
-                reclaim,
-                unit_ms: 1000,
-            };
-            let d = cycle(&c, &[], &first, &settings);
-            let a = admitted(&d);
-            let running = first
-                .into_iter()
-                .filter_map(|j| {
-                    let nodes = a.get(&j.id)?.clone();
-                    Some(Running {
-                        // Every fourth started within the grace period.
-                        started: if j.id % 4 == 0 { now - 10 } else { j.id },
-                        work_at_risk: j.id % 7,
-                        job: j,
-                        nodes,
+        .prop_map(
+            |(c, first, queue, (backfill, reclaim, p, late), across_below)| {
+                // Late: the first half of the queue has waited past the starvation limit.
+                let now = if late { 1510 } else { 1200 };
+                let settings = Settings {
+                    starvation_limit: (p % 4 == 0).then_some(500),
+                    grace: 30,
+                    now,
+                    within_team: p % 5 != 0,
+                    across_below,
+                    policy: [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(p % 3)],
+                    placement: if p % 2 == 0 {
+                        Placement::Binpack
+                    } else {
+                        Placement::Spread
+                    },
+                    backfill,
+                    reclaim,
+                    unit_ms: 1000,
+                };
+                let d = cycle(&c, &[], &first, &settings);
+                let a = admitted(&d);
+                let running = first
+                    .into_iter()
+                    .filter_map(|j| {
+                        let nodes = a.get(&j.id)?.clone();
+                        Some(Running {
+                            // Every fourth started within the grace period.
+                            started: if j.id % 4 == 0 { now - 10 } else { j.id },
+                            work_at_risk: j.id % 7,
+                            job: j,
+                            nodes,
+                        })
                     })
-                })
-                .collect();
-            (c, running, queue, settings)
-        })
+                    .collect();
+                (c, running, queue, settings)
+            },
+        )
 }
 
 proptest! {
@@ -147,6 +151,18 @@ proptest! {
                     if v.team == j.team {
                         prop_assert!(v.priority < j.priority);
                     }
+                    let why = reason(&d, *job);
+                    if why.ends_with("(acrossTeams)") {
+                        // Across teams, only classes below both the step's and the one named.
+                        let below = settings.across_below.expect("acrossTeams is set");
+                        prop_assert!(v.team != j.team && v.priority < below.min(j.priority),
+                            "step {} (priority {}) preempted across teams for step {} (priority {})",
+                            victim, v.priority, job, j.priority);
+                    } else if v.team != j.team {
+                        // Reclaim: never a step that could preempt the reclaiming one back.
+                        prop_assert!(!admission::across(v, j, &settings),
+                            "step {} reclaimed from step {}, which may preempt it", victim, job);
+                    }
                 }
             }
         }
@@ -166,7 +182,8 @@ proptest! {
                 if j.team == s.team {
                     settings.within_team && settings.policy != Policy::Fifo && j.priority > s.priority
                 } else {
-                    settings.policy == Policy::Fair && settings.reclaim && c.teams[j.team].quota != Res::ZERO
+                    admission::across(j, s, &settings)
+                        || (settings.policy == Policy::Fair && settings.reclaim && c.teams[j.team].quota != Res::ZERO)
                 }
             };
             for x in &d {
@@ -217,7 +234,9 @@ proptest! {
                 }
                 Decision::Wait { job, reason } => {
                     let j = by_id[job];
-                    if reason.starts_with(&format!("team {} is under its quota: ", c.teams[j.team].name)) {
+                    if reason.starts_with(&format!("team {} is under its quota: ", c.teams[j.team].name))
+                        || reason.ends_with("(acrossTeams)")
+                    {
                         got[j.team] += j.demand();
                         held[j.team] += j.demand();
                     }
@@ -228,6 +247,9 @@ proptest! {
                     held[v.team] = held[v.team].saturating_sub(v.demand());
                     if v.team == j.team {
                         continue; // within the team: lower priority, checked above
+                    }
+                    if reason(&d, *job).ends_with("(acrossTeams)") {
+                        continue; // across teams: a lower class, even within quota (above)
                     }
                     // Still holds its whole quota in every resource the quota names.
                     let q = c.teams[v.team].quota;

@@ -201,10 +201,11 @@ fn arb_run() -> impl Strategy<Value = (Cluster, Vec<Job>, BTreeMap<u64, u64>, Ve
                 arb_workload(n),
                 prop::collection::vec(1u64..=20, 20..60),
                 any::<(bool, bool, bool, bool)>(),
+                prop::option::of(prop::sample::select(vec![100i64, 200])),
             )
         })
         .prop_map(
-            |(c, work, steps, (backfill, reclaim, within_team, starve))| {
+            |(c, work, steps, (backfill, reclaim, within_team, starve), across_below)| {
                 let ends = work
                     .iter()
                     .map(|w| {
@@ -224,6 +225,7 @@ fn arb_run() -> impl Strategy<Value = (Cluster, Vec<Job>, BTreeMap<u64, u64>, Ve
                     backfill,
                     reclaim,
                     within_team,
+                    across_below,
                     starvation_limit: starve.then_some(100),
                     ..Settings::default()
                 };
@@ -247,6 +249,8 @@ proptest! {
         (c, jobs, ends, steps, settings) in arb_run()
     ) {
         let g = settings.grace;
+        let all: BTreeMap<u64, Job> = jobs.iter().map(|j| (j.id, j.clone())).collect();
+        let job_of = |id: u64| all[&id].clone();
         let mut arrivals = jobs;
         arrivals.sort_by_key(|j| (j.submitted, j.id));
         let mut running = Vec::new();
@@ -285,7 +289,9 @@ proptest! {
                             }
                             Decision::Wait { job, reason } => {
                                 let j = by_id[job];
-                                if reason.starts_with(&format!("team {} is under its quota", c.teams[j.team].name)) {
+                                if reason.starts_with(&format!("team {} is under its quota", c.teams[j.team].name))
+                                    || reason.ends_with("(acrossTeams)")
+                                {
                                     usage[j.team] += j.demand();
                                 }
                                 if reason.contains("at its limit") && settings.policy == Policy::Fair {
@@ -304,6 +310,13 @@ proptest! {
                     "step {} preempted at {} and again at {}", b, t1, t2);
                 prop_assert!(!(v == a && by == b && t2 < t1 + g),
                     "step {} evicted {} at {}, and {} evicted it at {}", a, b, t1, b, t2);
+                // Across teams no loop ever, grace period or not: a step that may preempt
+                // another across teams is never preempted by it, by any rule.
+                let (ja, jb) = (job_of(a), job_of(b));
+                if admission::across(&ja, &jb, &settings) {
+                    prop_assert!(!(v == a && by == b),
+                        "step {} preempted {} across teams at {}, and {} preempted it at {}", a, b, t1, b, t2);
+                }
             }
         }
     }
