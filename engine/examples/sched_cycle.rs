@@ -42,6 +42,7 @@ fn main() {
                 weight: 1.0,
                 quota: Res::new(10, u64::MAX, u64::MAX),
                 borrow_limit: None,
+                quota_pools: None,
             })
             .collect(),
     };

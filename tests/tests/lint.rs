@@ -115,24 +115,8 @@ fn examples_lint_clean() {
         .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_in(&root(), &args);
-    // Settings the contract pins for the scheduler's next version (quotas per pool,
-    // preemption across teams): lint says they are not supported yet, never that they are
-    // unknown, and never accepts them silently. Every other error fails this test.
-    const NOT_YET: [&str; 2] = [
-        "'quotaPools' is not supported yet",
-        "'acrossTeams' is not supported yet",
-    ];
-    let other: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("error:") && !NOT_YET.iter().any(|n| l.contains(n)))
-        .collect();
-    assert!(other.is_empty(), "{}", out.stderr);
-    assert!(
-        out.code == Some(0) || out.stderr.contains(NOT_YET[0]) || out.stderr.contains(NOT_YET[1]),
-        "{}",
-        out.stderr
-    );
+    // quotaPools and acrossTeams included: every example of the contract lints clean.
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
 fn yaml_blocks(md: &str) -> Vec<String> {

@@ -127,6 +127,25 @@ pub fn usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
     usage
 }
 
+/// What each team holds in its quota pools (all it holds, for a team without `quotaPools`):
+/// what counts against its quota.
+pub fn quota_usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
+    let mut usage = vec![Res::ZERO; cluster.teams.len()];
+    for r in running {
+        usage[r.job.team] += cluster.quota_part(r.job.team, r.job.per_worker, &r.nodes);
+    }
+    usage
+}
+
+/// Whether `job` may run in its team's quota pools (any pool, for a team without
+/// `quotaPools`): only then does its team's quota speak for it.
+pub(super) fn may_use_quota(cluster: &Cluster, job: &Job) -> bool {
+    cluster.teams[job.team]
+        .quota_pools
+        .as_ref()
+        .is_none_or(|ps| ps.iter().any(|&p| placement::pool_admits(cluster, p, job)))
+}
+
 /// One cycle over the waiting steps. Deterministic: the same input gives the same decisions,
 /// whatever the order of `waiting`.
 pub fn cycle(
@@ -175,7 +194,7 @@ pub fn cycle(
     // whose next step keeps them within) first, then the smallest dominant share per unit of
     // weight, then the lowest index; the others have one queue. Only the team whose step was
     // just decided changes its rank (its usage and its next step), so only it is re-keyed.
-    let rank = |t: usize, j: &Job, usage: &[Res]| -> Rank {
+    let rank = |t: usize, j: &Job, usage: &[Res], quota_usage: &[Res]| -> Rank {
         if settings.policy != Policy::Fair {
             return Rank(0, false, 0.0, t);
         }
@@ -188,13 +207,15 @@ pub fn cycle(
         let team = &cluster.teams[t];
         // Below its quota, or its next step keeps it within: it goes first, even when that
         // step is a gang that takes it past its quota.
-        let under = below(usage[t], team.quota) || (usage[t] + j.demand()).fits_in(team.quota);
+        let q = quota_usage[t];
+        let under = may_use_quota(cluster, j)
+            && (below(q, team.quota) || (q + j.demand()).fits_in(team.quota));
         let share = usage[t].dominant_share(total) / team.weight.max(1e-9);
         Rank(tier, !under, share, t)
     };
     let mut turns: BTreeSet<Rank> = queues
         .iter()
-        .filter_map(|(&q, jobs)| Some(rank(q, jobs.last()?, &st.usage)))
+        .filter_map(|(&q, jobs)| Some(rank(q, jobs.last()?, &st.usage, &st.quota_usage)))
         .collect();
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
@@ -205,7 +226,7 @@ pub fn cycle(
         let job = &job;
         let closed = holder
             .filter(|h| !st.reserved.is_empty() && h.id != job.id)
-            .filter(|h| !may_preempt(cluster, job, h, &st.usage, settings))
+            .filter(|h| !may_preempt(cluster, job, h, &st.quota_usage, settings))
             .map(|h| h.id);
         let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
             Tried::Started => {
@@ -245,7 +266,7 @@ pub fn cycle(
         if !blocked.contains(&q)
             && let Some(next) = queues.get(&q).and_then(|jobs| jobs.last())
         {
-            turns.insert(rank(q, next, &st.usage));
+            turns.insert(rank(q, next, &st.usage, &st.quota_usage));
         }
     }
     // Queues stopped behind a step that does not fit: the rest waits for it.
@@ -272,13 +293,14 @@ fn queue_of(j: &Job, settings: &Settings) -> usize {
 }
 
 /// Whether `job` could preempt `holder` if that ran: a higher priority of its team (with
-/// `withinTeam: lowerPriority`), or under `fair` with reclaim, a team under its quota while
-/// `holder` would hold borrowed capacity.
+/// `withinTeam: lowerPriority`), a lower class of another team's (`acrossTeams`), or under
+/// `fair` with reclaim, a team under its quota while `holder` would hold borrowed capacity.
+/// `quota_usage`: what each team holds in its quota pools.
 fn may_preempt(
     cluster: &Cluster,
     job: &Job,
     holder: &Job,
-    usage: &[Res],
+    quota_usage: &[Res],
     settings: &Settings,
 ) -> bool {
     if job.team == holder.team {
@@ -292,8 +314,11 @@ fn may_preempt(
     settings.policy == Policy::Fair
         && settings.reclaim
         && !across(holder, job, settings)
-        && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
-        && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+        && may_use_quota(cluster, job)
+        && (quota_usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
+        && (!may_use_quota(cluster, holder)
+            || !(quota_usage[holder.team] + holder.demand())
+                .fits_in(cluster.teams[holder.team].quota))
 }
 
 /// Whether `job` may preempt `other` (of another team) across teams: `acrossTeams` is set and
@@ -432,12 +457,14 @@ fn try_start(
             }
             st.free_gen += 1;
             st.usage[job.team] += demand;
+            st.quota_usage[job.team] += cluster.quota_part(job.team, job.per_worker, &nodes);
             st.refresh_over(cluster, job.team, true);
             out.push(Decision::Admit { job: job.id, nodes });
             return Tried::Started;
         }
     }
-    let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
+    let under_quota =
+        may_use_quota(cluster, job) && (st.quota_usage[job.team] + demand).fits_in(team.quota);
     let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
     let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
     let may_cross = settings.policy != Policy::Fifo && settings.across_below.is_some();
@@ -461,7 +488,11 @@ fn try_start(
     };
     if let Some((kind, chosen)) = find(settings, st) {
         let closed = st.closed(closed);
-        hold(st, &chosen, &closed, job, shape, settings);
+        // A step that reclaims takes its room in its quota pools (see `reclaim`).
+        let mask = (kind == Victims::Borrowed)
+            .then(|| quota_mask(cluster, job.team))
+            .flatten();
+        let held = hold(st, &chosen, &closed, mask.as_deref(), job, shape, settings);
         let n = chosen.len();
         let what = if n == 0 {
             "room that preemptions already under way will free is held for it".to_owned()
@@ -490,9 +521,11 @@ fn try_start(
             // Its team still holds it until it has stopped.
             st.victims.insert(v.job.id);
             if st.victim_held.is_empty() {
-                st.victim_held = vec![Res::ZERO; cluster.teams.len()];
+                st.victim_held = vec![(Res::ZERO, Res::ZERO); cluster.teams.len()];
             }
-            st.victim_held[v.job.team] += v.job.demand();
+            let h = &mut st.victim_held[v.job.team];
+            h.0 += v.job.demand();
+            h.1 += cluster.quota_part(v.job.team, v.job.per_worker, &v.nodes);
             st.refresh_over(cluster, v.job.team, false);
             out.push(Decision::Preempt {
                 victim: v.job.id,
@@ -502,6 +535,10 @@ fn try_start(
         if reclaimed {
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
+            st.quota_usage[job.team] += match &held {
+                Some(nodes) => cluster.quota_part(job.team, job.per_worker, nodes),
+                None => demand,
+            };
             st.refresh_over(cluster, job.team, true);
             if kind == Victims::Borrowed {
                 return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
@@ -550,14 +587,17 @@ fn try_start(
 /// Holds for `job` the room its victims (and those chosen earlier this cycle) will free, and
 /// what else its placement needs of the free room now, so that no later step of this cycle
 /// takes it; what the victims free beyond that stays pending for later steps.
+/// `mask`: the only nodes it may use (a reclaiming step's quota pools). The nodes it will
+/// take, when its placement is found.
 fn hold(
     st: &mut State,
     victims: &[&Running],
     closed: &BTreeSet<usize>,
+    mask: Option<&[bool]>,
     job: &Job,
     shape: Shape,
     settings: &Settings,
-) {
+) -> Option<Vec<usize>> {
     let mut room = st.pending.clone();
     for v in victims {
         release(&mut room, v, closed);
@@ -566,10 +606,12 @@ fn hold(
     for &n in closed {
         after[n] = Res::ZERO;
     }
-    if let Some(nodes) =
-        placement::place_on(&st.allowed[shape.2].2, &after, job, settings.placement)
-    {
-        for n in nodes {
+    if let Some(mask) = mask {
+        apply_mask(&mut after, mask);
+    }
+    let placed = placement::place_on(&st.allowed[shape.2].2, &after, job, settings.placement);
+    if let Some(nodes) = &placed {
+        for &n in nodes {
             let rest = job.per_worker.saturating_sub(room[n]);
             room[n] = room[n].saturating_sub(job.per_worker);
             st.free[n] = st.free[n].saturating_sub(rest);
@@ -579,4 +621,25 @@ fn hold(
     st.pending_any = st.pending.iter().any(|r| *r != Res::ZERO);
     st.free_gen += 1;
     st.grew();
+    placed
+}
+
+/// Per node, whether it is in team `t`'s quota pools; None for a team whose quota holds in
+/// every pool.
+pub(super) fn quota_mask(cluster: &Cluster, t: usize) -> Option<Vec<bool>> {
+    cluster.teams[t].quota_pools.as_ref()?;
+    Some(
+        (0..cluster.nodes.len())
+            .map(|n| cluster.in_quota(t, n))
+            .collect(),
+    )
+}
+
+/// No room on the nodes outside `mask`.
+pub(super) fn apply_mask(room: &mut [Res], mask: &[bool]) {
+    for (r, &inside) in room.iter_mut().zip(mask) {
+        if !inside {
+            *r = Res::ZERO;
+        }
+    }
 }

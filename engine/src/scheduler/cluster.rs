@@ -132,6 +132,9 @@ pub struct Team {
     pub quota: Res,
     /// How far beyond its quota it may borrow; None: no limit.
     pub borrow_limit: Option<Res>,
+    /// The pools (indices) where its quota is guaranteed and counted (`quotaPools`); what it
+    /// holds elsewhere is borrowed. None: every pool.
+    pub quota_pools: Option<Vec<usize>>,
 }
 
 impl Team {
@@ -151,6 +154,24 @@ pub struct Cluster {
 impl Cluster {
     pub fn total(&self) -> Res {
         self.nodes.iter().fold(Res::ZERO, |a, n| a + n.capacity)
+    }
+
+    /// Whether node `n` is in team `t`'s quota pools (what it holds there counts against its
+    /// quota; elsewhere it is borrowed).
+    pub fn in_quota(&self, t: usize, n: usize) -> bool {
+        self.teams[t]
+            .quota_pools
+            .as_ref()
+            .is_none_or(|ps| ps.contains(&self.nodes[n].pool))
+    }
+
+    /// What workers of `per_worker` on `nodes` count against team `t`'s quota.
+    pub fn quota_part(&self, t: usize, per_worker: Res, nodes: &[usize]) -> Res {
+        if self.teams[t].quota_pools.is_none() {
+            return per_worker.times(nodes.len() as u64);
+        }
+        let inside = nodes.iter().filter(|&&n| self.in_quota(t, n)).count();
+        per_worker.times(inside as u64)
     }
 
     pub fn zone_of(&self, node: usize) -> Option<&str> {

@@ -52,6 +52,13 @@ impl Config {
                 weight: t.weight,
                 quota: t.quota.map_or(Res::ZERO, limit),
                 borrow_limit: t.borrow_limit.map(limit),
+                // Validated: each names a pool.
+                quota_pools: t.quota_pools.as_ref().map(|names| {
+                    names
+                        .iter()
+                        .filter_map(|n| spec.pools.iter().position(|p| p.name == *n))
+                        .collect()
+                }),
             });
         }
         let priorities: BTreeMap<String, i64> = spec
@@ -105,6 +112,7 @@ impl Config {
             weight: 1.0,
             quota: Res::ZERO,
             borrow_limit: None,
+            quota_pools: None,
         });
         self.cluster.teams.len() - 1
     }

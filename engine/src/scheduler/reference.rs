@@ -30,6 +30,45 @@ fn usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
     usage
 }
 
+/// What a running step holds in its team's quota pools.
+fn inside(cluster: &Cluster, r: &Running) -> Res {
+    let t = r.job.team;
+    let n = r
+        .nodes
+        .iter()
+        .filter(|&&n| {
+            cluster.teams[t]
+                .quota_pools
+                .as_ref()
+                .is_none_or(|ps| ps.contains(&cluster.nodes[n].pool))
+        })
+        .count();
+    r.job.per_worker.times(n as u64)
+}
+
+/// What each team holds in its quota pools.
+fn quota_usage_of(cluster: &Cluster, running: &[Running]) -> Vec<Res> {
+    let mut usage = vec![Res::ZERO; cluster.teams.len()];
+    for r in running {
+        usage[r.job.team] += inside(cluster, r);
+    }
+    usage
+}
+
+/// Whether `job` may run in one of its team's quota pools.
+fn may_use_quota(cluster: &Cluster, job: &Job) -> bool {
+    match &cluster.teams[job.team].quota_pools {
+        None => true,
+        Some(ps) => ps.iter().any(|&p| placement::pool_admits(cluster, p, job)),
+    }
+}
+
+/// Team `t`'s quota pools as a node mask (None: every pool).
+fn mask_of(cluster: &Cluster, t: usize) -> Option<Vec<bool>> {
+    let ps = cluster.teams[t].quota_pools.as_ref()?;
+    Some(cluster.nodes.iter().map(|n| ps.contains(&n.pool)).collect())
+}
+
 /// One cycle over the waiting steps. Deterministic: the same input gives the same decisions,
 /// whatever the order of `waiting`.
 pub fn cycle_reference(
@@ -41,6 +80,7 @@ pub fn cycle_reference(
     let mut st = State {
         free: free_of(cluster, running),
         usage: usage_of(cluster, running),
+        quota_usage: quota_usage_of(cluster, running),
         victims: BTreeSet::new(),
         pending: vec![Res::ZERO; cluster.nodes.len()],
         reserved: BTreeSet::new(),
@@ -84,8 +124,9 @@ pub fn cycle_reference(
                     let team = &cluster.teams[t];
                     // Below its quota, or its next step keeps it within: it goes first, even
                     // when that step is a gang that takes it past its quota.
-                    let under = below(st.usage[t], team.quota)
-                        || (st.usage[t] + j.demand()).fits_in(team.quota);
+                    let q = st.quota_usage[t];
+                    let under = may_use_quota(cluster, j)
+                        && (below(q, team.quota) || (q + j.demand()).fits_in(team.quota));
                     let share = st.usage[t].dominant_share(total) / team.weight.max(1e-9);
                     // With `acrossTeams`, lower classes after higher ones of every team.
                     let tier = settings
@@ -106,7 +147,7 @@ pub fn cycle_reference(
         };
         let closed = holder
             .filter(|h| !st.reserved.is_empty() && h.id != job.id)
-            .filter(|h| !may_preempt(cluster, job, h, &st.usage, settings))
+            .filter(|h| !may_preempt(cluster, job, h, &st.quota_usage, settings))
             .map(|h| h.id);
         let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
             Tried::Started => {
@@ -169,6 +210,8 @@ struct State {
     free: Vec<Res>,
     /// What each team holds, with what was admitted or held this cycle.
     usage: Vec<Res>,
+    /// Of that, what it holds in its quota pools.
+    quota_usage: Vec<Res>,
     /// Running steps already chosen as victims this cycle.
     victims: BTreeSet<u64>,
     /// Per node, room those victims will free that no step of this cycle has taken yet.
@@ -206,8 +249,10 @@ fn may_preempt(
     settings.policy == Policy::Fair
         && settings.reclaim
         && !across(holder, job, settings)
+        && may_use_quota(cluster, job)
         && (usage[job.team] + job.demand()).fits_in(cluster.teams[job.team].quota)
-        && !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota)
+        && (!may_use_quota(cluster, holder)
+            || !(usage[holder.team] + holder.demand()).fits_in(cluster.teams[holder.team].quota))
 }
 
 /// Whether `job` may preempt `other` across teams (`acrossTeams`): another team's step whose
@@ -337,10 +382,20 @@ fn try_start(
             st.free[n] = st.free[n].saturating_sub(job.per_worker);
         }
         st.usage[job.team] += demand;
+        st.quota_usage[job.team] += inside(
+            cluster,
+            &Running {
+                job: job.clone(),
+                nodes: nodes.clone(),
+                started: 0,
+                work_at_risk: 0,
+            },
+        );
         out.push(Decision::Admit { job: job.id, nodes });
         return Tried::Started;
     }
-    let under_quota = (st.usage[job.team] + demand).fits_in(team.quota);
+    let under_quota =
+        may_use_quota(cluster, job) && (st.quota_usage[job.team] + demand).fits_in(team.quota);
     let may_reclaim = settings.policy == Policy::Fair && settings.reclaim && under_quota;
     let may_preempt = settings.within_team && settings.policy != Policy::Fifo;
     // What it could use once the victims chosen so far have stopped.
@@ -373,7 +428,20 @@ fn try_start(
     };
     if let Some((kind, chosen)) = find(settings, st) {
         let closed = closed.clone();
-        hold(cluster, st, &chosen, &closed, job, settings);
+        let mask = if kind == 0 {
+            mask_of(cluster, job.team)
+        } else {
+            None
+        };
+        let held = hold(
+            cluster,
+            st,
+            &chosen,
+            &closed,
+            mask.as_deref(),
+            job,
+            settings,
+        );
         let n = chosen.len();
         let what = if n == 0 {
             "room that preemptions already under way will free is held for it".to_owned()
@@ -403,6 +471,18 @@ fn try_start(
         if kind != 1 {
             // The room is this step's once the victims have stopped: hold it now.
             st.usage[job.team] += demand;
+            st.quota_usage[job.team] += match held {
+                Some(nodes) => inside(
+                    cluster,
+                    &Running {
+                        job: job.clone(),
+                        nodes,
+                        started: 0,
+                        work_at_risk: 0,
+                    },
+                ),
+                None => demand,
+            };
             if kind == 0 {
                 return Tried::Preempting(format!("team {} is under its quota: {what}", team.name));
             }
@@ -438,7 +518,7 @@ fn try_start(
             ));
         }
     }
-    Tried::Waits(why_not(cluster, &st.free, &st.usage, job))
+    Tried::Waits(why_not(cluster, &st.free, &st.quota_usage, job))
 }
 
 /// Holds for `job` the room its victims (and those chosen earlier this cycle) will free, and
@@ -449,9 +529,10 @@ fn hold(
     st: &mut State,
     victims: &[&Running],
     closed: &BTreeSet<usize>,
+    mask: Option<&[bool]>,
     job: &Job,
     settings: &Settings,
-) {
+) -> Option<Vec<usize>> {
     let mut room = st.pending.clone();
     for v in victims {
         release(&mut room, v, closed);
@@ -460,14 +541,23 @@ fn hold(
     for &n in closed {
         after[n] = Res::ZERO;
     }
-    if let Some(nodes) = placement::place(cluster, &after, job, settings.placement) {
-        for n in nodes {
+    if let Some(mask) = mask {
+        for (n, a) in after.iter_mut().enumerate() {
+            if !mask[n] {
+                *a = Res::ZERO;
+            }
+        }
+    }
+    let placed = placement::place(cluster, &after, job, settings.placement);
+    if let Some(nodes) = &placed {
+        for &n in nodes {
             let rest = job.per_worker.saturating_sub(room[n]);
             room[n] = room[n].saturating_sub(job.per_worker);
             st.free[n] = st.free[n].saturating_sub(rest);
         }
     }
     st.pending = room;
+    placed
 }
 
 /// Whether a running step is old enough to be preempted: it started at least one grace
@@ -488,37 +578,59 @@ fn reclaim<'a>(
     job: &Job,
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
-    // What each team will hold once the victims already chosen this cycle have stopped.
+    // What each team will hold once the victims already chosen this cycle have stopped: in
+    // all, and in its quota pools.
     let taken = &st.victims;
     let mut usage = st.usage.clone();
+    let mut quota_usage = st.quota_usage.clone();
     for r in running.iter().filter(|r| taken.contains(&r.job.id)) {
         usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
+        quota_usage[r.job.team] = quota_usage[r.job.team].saturating_sub(inside(cluster, r));
     }
+    // A team lends: beyond its quota in its quota pools, or anything outside them.
+    let lends = |t: usize| {
+        !quota_usage[t].fits_in(cluster.teams[t].quota)
+            || (cluster.teams[t].quota_pools.is_some()
+                && usage[t].saturating_sub(quota_usage[t]) != Res::ZERO)
+    };
     let mut candidates: Vec<&Running> = running
         .iter()
         .filter(|r| r.job.team != job.team && !taken.contains(&r.job.id))
         .filter(|r| preemptible(r, settings))
         // Never a step that could preempt `job` across teams (no preemption loops).
         .filter(|r| !across(&r.job, job, settings))
-        .filter(|r| !usage[r.job.team].fits_in(cluster.teams[r.job.team].quota))
+        .filter(|r| lends(r.job.team))
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
-    if placement::place(cluster, free, job, settings.placement).is_some() {
+    // With `quotaPools`, it reclaims only in its quota pools.
+    let mut free = free.to_vec();
+    let mut closed = closed.clone();
+    if let Some(mask) = mask_of(cluster, job.team) {
+        for (n, f) in free.iter_mut().enumerate() {
+            if !mask[n] {
+                *f = Res::ZERO;
+                closed.insert(n);
+            }
+        }
+    }
+    let closed = &closed;
+    if placement::place(cluster, &free, job, settings.placement).is_some() {
         return Some(Vec::new());
     }
-    let mut free = free.to_vec();
     let mut chosen = Vec::new();
     for r in candidates {
-        // Only what the team borrowed: its quota stays whole (in every resource the quota
-        // names; the others are unlimited, so never "held in full").
-        if !(usage[r.job.team]).fits_in(cluster.teams[r.job.team].quota)
-            && !below(
-                usage[r.job.team].saturating_sub(r.job.demand()),
-                cluster.teams[r.job.team].quota,
-            )
-        {
+        let t = r.job.team;
+        let quota = cluster.teams[t].quota;
+        let part = inside(cluster, r);
+        // Only what the team borrowed: wholly outside its quota pools, or beyond its quota
+        // there, which stays whole (in every resource the quota names; the others are
+        // unlimited, so never "held in full").
+        let borrowed = (cluster.teams[t].quota_pools.is_some() && part == Res::ZERO)
+            || (!quota_usage[t].fits_in(quota)
+                && !below(quota_usage[t].saturating_sub(part), quota));
+        if borrowed {
             release(&mut free, r, closed);
-            usage[r.job.team] = usage[r.job.team].saturating_sub(r.job.demand());
+            quota_usage[t] = quota_usage[t].saturating_sub(part);
             chosen.push(r);
             if placement::place(cluster, &free, job, settings.placement).is_some() {
                 return Some(prune(cluster, free, chosen, closed, job, settings));

@@ -112,7 +112,7 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
                 None
             })
         })
-        .map(|items| items.iter().filter_map(|i| team(cx, i)).collect())
+        .map(|items| items.iter().filter_map(|i| team(cx, i, &pools)).collect())
         .unwrap_or_default();
     let mut priorities = vec![
         PriorityClass {
@@ -437,17 +437,33 @@ fn across_teams(cx: &mut Cx<'_>, node: &Node, priorities: &[PriorityClass]) -> O
     Some(class)
 }
 
-fn not_yet(cx: &mut Cx<'_>, node: &Node, key: &str, what: &str, without: &str) {
-    if let Some(e) = node.as_map().and_then(|m| m.iter().find(|e| e.key == key)) {
-        cx.d.error(
-            e.key_pos,
-            format!("'{key}' is not supported yet: {what} comes with a later version of sluice's scheduler"),
-        )
-        .help(format!("remove it to run with this version ({without})"));
+/// `quotaPools: [POOL, ...]`: each a pool of the Cluster, at least one.
+fn quota_pools(cx: &mut Cx<'_>, node: &Node, pools: &[ClusterPool]) -> Option<Vec<String>> {
+    let Some(items) = node.as_seq().filter(|i| !i.is_empty()) else {
+        cx.expected(
+            node,
+            "teams.quotaPools",
+            "a list of pool names ([a100-ondemand])",
+        );
+        return None;
+    };
+    let mut out = Vec::new();
+    for item in items {
+        let name = cx.string(item, "teams.quotaPools")?;
+        if !pools.iter().any(|p| p.name == name) {
+            cx.d.error(
+                item.pos,
+                format!("teams.quotaPools: the Cluster has no pool '{name}'"),
+            )
+            .suggest(&name, pools.iter().map(|p| p.name.as_str()));
+            return None;
+        }
+        out.push(name);
     }
+    Some(out)
 }
 
-fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
+fn team(cx: &mut Cx<'_>, node: &Node, pools: &[ClusterPool]) -> Option<ClusterTeam> {
     cx.fields(
         node,
         "teams",
@@ -461,13 +477,6 @@ fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
             "quotaPools",
         ],
     )?;
-    not_yet(
-        cx,
-        node,
-        "quotaPools",
-        "quotas per pool",
-        "a team's quota then holds in every pool",
-    );
     let Some(name) = node.get("name").and_then(|n| cx.string(n, "teams.name")) else {
         cx.d.error(node.pos, "a team needs a name");
         return None;
@@ -497,6 +506,10 @@ fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
     let max_queued = node
         .get("maxQueued")
         .and_then(|m| cx.uint(m, "teams.maxQueued", 1));
+    let quota_pools = match node.get("quotaPools") {
+        Some(q) => Some(quota_pools(cx, q, pools)?),
+        None => None,
+    };
     Some(ClusterTeam {
         name,
         weight,
@@ -504,6 +517,7 @@ fn team(cx: &mut Cx<'_>, node: &Node) -> Option<ClusterTeam> {
         borrow_limit,
         max_trials_per_minute,
         max_queued,
+        quota_pools,
     })
 }
 

@@ -595,6 +595,9 @@ pub struct ClusterTeam {
     pub borrow_limit: Option<Quantities>,
     pub max_trials_per_minute: Option<u64>,
     pub max_queued: Option<u64>,
+    /// `quotaPools`: the pools where the quota is guaranteed and counted (None: every pool);
+    /// use of other pools is borrowed.
+    pub quota_pools: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

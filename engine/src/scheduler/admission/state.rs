@@ -56,6 +56,8 @@ pub(super) struct State {
     pub(super) free: Vec<Res>,
     /// What each team holds, with what was admitted or held this cycle.
     pub(super) usage: Vec<Res>,
+    /// Of that, what it holds in its quota pools: what counts against its quota.
+    pub(super) quota_usage: Vec<Res>,
     /// Running steps already chosen as victims this cycle.
     pub(super) victims: BTreeSet<u64>,
     /// Per node, room those victims will free that no step of this cycle has taken yet.
@@ -64,12 +66,12 @@ pub(super) struct State {
     pub(super) pending_any: bool,
     /// Nodes reserved for a starving step: nothing else starts on them.
     pub(super) reserved: BTreeSet<usize>,
-    /// Per team, what its steps chosen as victims hold.
-    pub(super) victim_held: Vec<Res>,
+    /// Per team, what its steps chosen as victims hold: in all, and in its quota pools.
+    pub(super) victim_held: Vec<(Res, Res)>,
     /// Per team, its running steps (indices into `running`) in the victim order.
     pub(super) by_team: Option<ByTeam>,
-    /// Teams with running steps that hold more than their quota, less their victims: the
-    /// only teams `reclaim` takes from.
+    /// Teams with running steps that hold more than their quota in their quota pools, or
+    /// anything outside them, less their victims: the only teams `reclaim` takes from.
     pub(super) over: Option<BTreeSet<usize>>,
     /// The nodes each (interruptible, flavor) of the waiting steps may use.
     pub(super) allowed: Vec<(bool, Option<String>, Allowed)>,
@@ -152,8 +154,9 @@ pub(super) enum Query {
     /// The free room plus what victims will free (`soon`), closed or not.
     Soon(bool),
     /// `Soon` plus what every preemptible (at this grace) step of a team above its quota
-    /// holds: if that does not do, no reclaim does.
-    Reclaimable(bool, u64),
+    /// holds: if that does not do, no reclaim does. The last field: the team whose quota
+    /// pools the room is limited to (`usize::MAX`: every pool).
+    Reclaimable(bool, u64, usize),
 }
 
 impl State {
@@ -175,6 +178,7 @@ impl State {
         let st = State {
             free: free_of(cluster, running),
             usage: usage_of(cluster, running),
+            quota_usage: quota_usage_of(cluster, running),
             victims: BTreeSet::new(),
             pending: vec![Res::ZERO; cluster.nodes.len()],
             pending_any: false,
@@ -238,9 +242,18 @@ impl State {
         self.over.as_ref().expect("indexed")
     }
 
-    /// What team `t`'s steps chosen as victims hold.
-    pub(super) fn victim_held(&self, t: usize) -> Res {
+    /// What team `t`'s steps chosen as victims hold: in all, and in its quota pools.
+    pub(super) fn victim_held(&self, t: usize) -> (Res, Res) {
         self.victim_held.get(t).copied().unwrap_or_default()
+    }
+
+    /// What team `t` will hold once its victims have stopped: in all, and in its quota pools.
+    pub(super) fn held(&self, t: usize) -> (Res, Res) {
+        let (all, quota) = self.victim_held(t);
+        (
+            self.usage[t].saturating_sub(all),
+            self.quota_usage[t].saturating_sub(quota),
+        )
     }
 
     pub(super) fn grew(&mut self) {
@@ -266,9 +279,17 @@ impl State {
         if by_team.of(t).is_empty() {
             return;
         }
-        let held =
-            self.usage[t].saturating_sub(self.victim_held.get(t).copied().unwrap_or_default());
-        if held.fits_in(cluster.teams[t].quota) {
+        let (all, quota) = {
+            let (a, q) = self.victim_held.get(t).copied().unwrap_or_default();
+            (
+                self.usage[t].saturating_sub(a),
+                self.quota_usage[t].saturating_sub(q),
+            )
+        };
+        // Borrowed: beyond its quota in its quota pools, or anything outside them.
+        let outside =
+            cluster.teams[t].quota_pools.is_some() && all.saturating_sub(quota) != Res::ZERO;
+        if quota.fits_in(cluster.teams[t].quota) && !outside {
             over.remove(&t);
         } else {
             // Newly above its quota, or further above: more of its steps may be reclaimed.

@@ -9,9 +9,22 @@ pub(super) fn preemptible(r: &Running, settings: &Settings) -> bool {
     settings.now >= r.started.saturating_add(settings.grace)
 }
 
+/// Whether team `t`, holding `quota_held` in its quota pools, may lose `r` to a reclaim: `r`
+/// runs wholly outside its quota pools (borrowed, with `quotaPools`), or its part inside them
+/// is beyond the quota, which stays whole in every resource it names.
+pub(super) fn borrowed(cluster: &Cluster, r: &Running, quota_held: Res) -> bool {
+    let t = r.job.team;
+    let quota = cluster.teams[t].quota;
+    let inside = cluster.quota_part(t, r.job.per_worker, &r.nodes);
+    (cluster.teams[t].quota_pools.is_some() && inside == Res::ZERO)
+        || (!quota_held.fits_in(quota) && !below(quota_held.saturating_sub(inside), quota))
+}
+
 /// Running steps of teams above their quota whose stopping lets `job` fit, best victims
 /// first: interruptible and checkpointed, then the least work lost since the last checkpoint,
 /// then the lowest priority, then the youngest. None when even all of them would not do.
+/// With `quotaPools`, the step reclaims only in its quota pools: its room elsewhere would be
+/// borrowed, and taken back in turn.
 pub(super) fn reclaim<'a>(
     cluster: &Cluster,
     running: &'a [Running],
@@ -22,11 +35,24 @@ pub(super) fn reclaim<'a>(
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
     st.index(cluster, running);
+    let mask = quota_mask(cluster, job.team);
     if !st.over().iter().any(|&t| t != job.team) {
         // No candidates: it reclaims nothing, and needs no victims only if it fits soon.
-        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
+        return match &mask {
+            None => st.fits_soon(job, shape, closed, settings).then(Vec::new),
+            Some(mask) => {
+                let mut soon = st.soon(closed);
+                apply_mask(&mut soon, mask);
+                placement::place_on(&st.allowed[shape.2].2, &soon, job, settings.placement)
+                    .map(|_| Vec::new())
+            }
+        };
     }
-    let q = Query::Reclaimable(closed, settings.grace);
+    let unmasked = Query::Reclaimable(closed, settings.grace, usize::MAX);
+    let q = match mask {
+        Some(_) => Query::Reclaimable(closed, settings.grace, job.team),
+        None => unmasked,
+    };
     // Steps that could preempt `job` across teams are not its victims (see `across`): the
     // room below, computed without that rule, is then no bound for it.
     let bounded = settings
@@ -39,7 +65,7 @@ pub(super) fn reclaim<'a>(
     // depends only on that team, and the job's own team, under its quota, is not among
     // them): if the job does not fit there, it fits at no point of the pass (placement is
     // monotone in the room), and the pass fails. Independent of the job but for its shape.
-    let key = (q, st.grow, st.free_gen);
+    let key = (unmasked, st.grow, st.free_gen);
     let most = if let Some(most) = st.rooms.get(&key) {
         most.clone()
     } else {
@@ -57,16 +83,28 @@ pub(super) fn reclaim<'a>(
         most
     };
     if bounded {
-        st.place(q, shape, &most, job, settings)?;
+        match &mask {
+            None => st.place(q, shape, &most, job, settings)?,
+            Some(mask) => {
+                let mut room = (*most).clone();
+                apply_mask(&mut room, mask);
+                st.place(q, shape, &room, job, settings)?
+            }
+        };
     }
-    let closed_set = st.closed(closed);
-    let free = st.soon(closed);
-    // What each team will hold once the victims already chosen this cycle have stopped.
-    let held = |t: usize| st.usage[t].saturating_sub(st.victim_held(t));
+    let mut closed_set = st.closed(closed);
+    let mut free = st.soon(closed);
+    if let Some(mask) = &mask {
+        // Outside its quota pools nothing frees up for it.
+        apply_mask(&mut free, mask);
+        closed_set.extend((0..mask.len()).filter(|&n| !mask[n]));
+    }
+    // What each team will hold in its quota pools once the victims already chosen this
+    // cycle have stopped.
     let mut usage: FxMap<usize, Res> = FxMap::default();
     let mut candidates: Vec<usize> = Vec::new();
     for &t in st.over().iter().filter(|&&t| t != job.team) {
-        usage.insert(t, held(t));
+        usage.insert(t, st.held(t).1);
         for &i in st.teams().of(t) {
             let r = &running[i];
             if !st.victims.contains(&r.job.id)
@@ -83,18 +121,16 @@ pub(super) fn reclaim<'a>(
     if place(&free).is_some() {
         return Some(Vec::new());
     }
-    let mut free = free;
     let mut chosen = Vec::new();
     for i in candidates {
         let r = &running[i];
         let t = r.job.team;
-        let quota = cluster.teams[t].quota;
         // Only what the team borrowed: its quota stays whole (in every resource the quota
         // names; the others are unlimited, so never "held in full").
-        if !usage[&t].fits_in(quota) && !below(usage[&t].saturating_sub(r.job.demand()), quota) {
+        if borrowed(cluster, r, usage[&t]) {
             release(&mut free, r, &closed_set);
             let u = usage.get_mut(&t).expect("listed");
-            *u = u.saturating_sub(r.job.demand());
+            *u = u.saturating_sub(cluster.quota_part(t, r.job.per_worker, &r.nodes));
             chosen.push(r);
             if place(&free).is_some() {
                 return Some(prune(allowed, free, chosen, &closed_set, job, settings));
@@ -115,17 +151,15 @@ pub(super) fn most_room(
 ) -> Vec<Res> {
     let mut most = st.soon(closed);
     for &t in st.over() {
-        let quota = cluster.teams[t].quota;
-        let mut held = st.usage[t].saturating_sub(st.victim_held(t));
+        let mut held = st.held(t).1;
         for &i in st.teams().of(t) {
             let r = &running[i];
             if !st.victims.contains(&r.job.id)
                 && preemptible(r, settings)
-                && !held.fits_in(quota)
-                && !below(held.saturating_sub(r.job.demand()), quota)
+                && borrowed(cluster, r, held)
             {
                 release(&mut most, r, closed_set);
-                held = held.saturating_sub(r.job.demand());
+                held = held.saturating_sub(cluster.quota_part(t, r.job.per_worker, &r.nodes));
             }
         }
     }

@@ -6,14 +6,14 @@ use super::*;
 pub(super) fn why_not(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> String {
     if let Some((generation, usage, why)) = st.reasons.get(&(job.team, shape))
         && *generation == st.free_gen
-        && *usage == st.usage[job.team]
+        && *usage == st.quota_usage[job.team]
     {
         return why.clone();
     }
     let why = why_not_words(cluster, st, job, shape);
     st.reasons.insert(
         (job.team, shape),
-        (st.free_gen, st.usage[job.team], why.clone()),
+        (st.free_gen, st.quota_usage[job.team], why.clone()),
     );
     why
 }
@@ -80,7 +80,7 @@ pub(super) fn why_not_words(cluster: &Cluster, st: &mut State, job: &Job, shape:
     let mut why = String::with_capacity(words.len() + 80);
     why.push_str(words);
     if team.quota != Res::ZERO {
-        let usage = st.usage[job.team];
+        let usage = st.quota_usage[job.team];
         if st.team_words.is_empty() {
             st.team_words = vec![None; cluster.teams.len()];
         }

@@ -141,6 +141,7 @@ mod tests {
                 weight: 1.0,
                 quota: Res::new(8, u64::MAX, u64::MAX),
                 borrow_limit: Some(Res::ZERO),
+                quota_pools: None,
             }],
         };
         for (p, (spot, name, nodes, cap)) in pools.iter().enumerate() {

@@ -22,6 +22,7 @@ pub(super) fn lab(nodes: usize, gpu: u64) -> Cluster {
             weight: 1.0,
             quota: Res::ZERO,
             borrow_limit: None,
+            quota_pools: None,
         }],
     }
 }
@@ -114,6 +115,7 @@ fn jain_is_lower_when_one_team_is_served_first() {
         weight: 1.0,
         quota: Res::ZERO,
         borrow_limit: None,
+        quota_pools: None,
     });
     let mut jobs = Vec::new();
     for k in 0..16u64 {

@@ -35,6 +35,7 @@ fn team(name: &str, weight: f64, quota_gpu: u64, borrow: Option<u64>) -> Team {
             Res::ZERO
         },
         borrow_limit: borrow.map(|b| Res::new(b, u64::MAX / 4, u64::MAX / 4)),
+        quota_pools: None,
     }
 }
 

@@ -22,7 +22,10 @@ pub(super) fn cases(n: u32) -> ProptestConfig {
 pub(super) fn arb_cluster() -> impl Strategy<Value = Cluster> {
     (
         prop::collection::vec((1u64..=8, any::<bool>(), 0usize..2), 1..8),
-        prop::collection::vec((1u32..=3, 0u64..=8, prop::option::of(0u64..=8)), 1..4),
+        prop::collection::vec(
+            (1u32..=3, 0u64..=8, prop::option::of(0u64..=8), 0u8..6),
+            1..4,
+        ),
     )
         .prop_map(|(nodes, teams)| Cluster {
             pools: vec![pool("on-demand", "a", false), pool("spot", "b", true)],
@@ -36,7 +39,17 @@ pub(super) fn arb_cluster() -> impl Strategy<Value = Cluster> {
             teams: teams
                 .iter()
                 .enumerate()
-                .map(|(i, &(w, q, b))| team(&format!("t{i}"), f64::from(w), q, b))
+                .map(|(i, &(w, q, b, pools))| {
+                    let mut t = team(&format!("t{i}"), f64::from(w), q, b);
+                    // Half the teams hold their quota in some pools only (`quotaPools`).
+                    t.quota_pools = match pools {
+                        3 => Some(vec![0]),
+                        4 => Some(vec![1]),
+                        5 => Some(vec![0, 1]),
+                        _ => None,
+                    };
+                    t
+                })
                 .collect(),
         })
 }
@@ -221,45 +234,70 @@ proptest! {
         let before = usage_of(&c, &running);
         let d = cycle(&c, &running, &queue, &settings);
         let by_id: BTreeMap<u64, &Job> = queue.iter().map(|j| (j.id, j)).collect();
-        // Per team: what it runs, was admitted and holds for its reclaims so far (`got`), and
-        // that less its steps chosen as victims so far (`held`).
+        // Per team: what it runs, was admitted and holds for its reclaims so far (`got`, in
+        // all; `got_q`, in its quota pools), and in its quota pools less its steps chosen as
+        // victims so far (`held_q`). With `quotaPools`, where an across-teams hold lands is
+        // not known here: such a team's quota ledger is then `None` for the cycle's rest.
         let mut got = before.clone();
-        let mut held = before.clone();
+        let before_q = admission::quota_usage_of(&c, &running);
+        let mut got_q: Vec<Option<Res>> = before_q.iter().map(|&r| Some(r)).collect();
+        let mut held_q = before_q.clone();
         for x in &d {
             match x {
-                Decision::Admit { job, .. } => {
+                Decision::Admit { job, nodes } => {
                     let j = by_id[job];
                     got[j.team] += j.demand();
-                    held[j.team] += j.demand();
+                    let part = c.quota_part(j.team, j.per_worker, nodes);
+                    if let Some(g) = &mut got_q[j.team] {
+                        *g += part;
+                    }
+                    held_q[j.team] += part;
                 }
                 Decision::Wait { job, reason } => {
                     let j = by_id[job];
-                    if reason.starts_with(&format!("team {} is under its quota: ", c.teams[j.team].name))
-                        || reason.ends_with("(acrossTeams)")
-                    {
+                    if reason.starts_with(&format!("team {} is under its quota: ", c.teams[j.team].name)) {
+                        // A reclaim's room is in its quota pools.
                         got[j.team] += j.demand();
-                        held[j.team] += j.demand();
+                        if let Some(g) = &mut got_q[j.team] {
+                            *g += j.demand();
+                        }
+                        held_q[j.team] += j.demand();
+                    } else if reason.ends_with("(acrossTeams)") {
+                        got[j.team] += j.demand();
+                        if c.teams[j.team].quota_pools.is_some() {
+                            got_q[j.team] = None;
+                        } else if let Some(g) = &mut got_q[j.team] {
+                            *g += j.demand();
+                        }
+                        held_q[j.team] += j.demand();
                     }
                 }
                 Decision::Preempt { victim, job } => {
-                    let v = &running.iter().find(|r| r.job.id == *victim).expect("victim runs").job;
+                    let r = running.iter().find(|r| r.job.id == *victim).expect("victim runs");
+                    let v = &r.job;
                     let j = by_id[job];
-                    held[v.team] = held[v.team].saturating_sub(v.demand());
+                    let part = c.quota_part(v.team, v.per_worker, &r.nodes);
+                    held_q[v.team] = held_q[v.team].saturating_sub(part);
                     if v.team == j.team {
                         continue; // within the team: lower priority, checked above
                     }
                     if reason(&d, *job).ends_with("(acrossTeams)") {
                         continue; // across teams: a lower class, even within quota (above)
                     }
-                    // Still holds its whole quota in every resource the quota names.
-                    let q = c.teams[v.team].quota;
-                    let h = held[v.team];
-                    let holds = |h: u64, q: u64| q == u64::MAX || h >= q;
-                    prop_assert!(
-                        holds(h.gpu, q.gpu) && holds(h.millicpu, q.millicpu) && holds(h.memory, q.memory),
-                        "team {} pushed below its quota: holds {:?} once step {} stops", v.team, h, victim);
-                    prop_assert!((got[j.team] + j.demand()).fits_in(c.teams[j.team].quota),
-                        "team {} reclaimed for step {} past its quota", j.team, job);
+                    // Outside its quota pools, all a team holds is borrowed.
+                    if part != Res::ZERO {
+                        // Still holds its whole quota in every resource the quota names.
+                        let q = c.teams[v.team].quota;
+                        let h = held_q[v.team];
+                        let holds = |h: u64, q: u64| q == u64::MAX || h >= q;
+                        prop_assert!(
+                            holds(h.gpu, q.gpu) && holds(h.millicpu, q.millicpu) && holds(h.memory, q.memory),
+                            "team {} pushed below its quota: holds {:?} once step {} stops", v.team, h, victim);
+                    }
+                    if let Some(g) = got_q[j.team] {
+                        prop_assert!((g + j.demand()).fits_in(c.teams[j.team].quota),
+                            "team {} reclaimed for step {} past its quota", j.team, job);
+                    }
                 }
             }
         }

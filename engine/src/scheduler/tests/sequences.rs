@@ -503,3 +503,124 @@ fn a_team_reclaiming_its_quota_and_a_starving_borrower_do_not_evict_each_other_i
     let (_, d) = &trace[5];
     assert!(reason(d, 1).contains("past the starvation limit"), "{d:?}");
 }
+
+/// On-demand (pool 0) and spot (pool 1) nodes of 4 GPUs; team q's quota holds on-demand only
+/// (`quotaPools: [on-demand]`) and its interruptible steps (flavor `spot`) fill what they can
+/// of the spot nodes; team b (no
+/// quota) fills what it can of the on-demand nodes; then team q asks for gangs of 1-GPU
+/// production workers.
+#[allow(clippy::type_complexity)]
+fn arb_quota_pools() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<Job>, u64)> {
+    (1usize..=3, 1usize..=3)
+        .prop_flat_map(|(od, spot)| {
+            (
+                Just((od, spot)),
+                1u64..=(4 * od as u64),
+                prop::collection::vec(1u64..=4, 1..10),
+                prop::collection::vec(1u64..=4, 1..10),
+                prop::collection::vec(1u32..=3, 1..5),
+            )
+        })
+        .prop_map(|((od, spot), quota, mine, theirs, gangs)| {
+            let mut c = cluster(
+                od + spot,
+                vec![team("q", 1.0, quota, None), team("b", 1.0, 0, None)],
+            );
+            c.pools.push(pool("spot", "a", true));
+            for n in od..od + spot {
+                c.nodes[n].pool = 1;
+            }
+            c.teams[0].quota_pools = Some(vec![0]);
+            let mut first: Vec<Job> = mine
+                .iter()
+                .enumerate()
+                .map(|(i, &gpu)| {
+                    let mut j = job(100 + i as u64, 0, 1, gpu);
+                    j.interruptible = true;
+                    j.priority = 0;
+                    // On spot only: what it holds on-demand is then production alone.
+                    j.flavor = Some("spot".into());
+                    j
+                })
+                .collect();
+            first.extend(
+                theirs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &gpu)| job(150 + i as u64, 1, 1, gpu)),
+            );
+            let a = admitted(&cycle(&c, &[], &first, &Settings::default()));
+            let running = first
+                .into_iter()
+                .filter_map(|j| {
+                    let nodes = a.get(&j.id)?.clone();
+                    Some(Running {
+                        job: j,
+                        nodes,
+                        started: 0,
+                        work_at_risk: 0,
+                    })
+                })
+                .collect();
+            let waiting = gangs
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| {
+                    let mut j = job(200 + i as u64, 0, w, 1);
+                    j.priority = 1000;
+                    j.submitted = 100;
+                    j
+                })
+                .collect();
+            (c, running, waiting, quota)
+        })
+}
+
+proptest! {
+    #![proptest_config(cases(200))]
+
+    /// Quota per pool: a team whose best-effort steps fill the spot pool still gets its
+    /// on-demand quota for production work, reclaiming what another team borrowed there,
+    /// within one grace period (or displacing its own best-effort work there); what it
+    /// reclaims is in its quota pools.
+    #[test]
+    fn a_team_gets_its_quota_in_its_quota_pools_whatever_it_borrows_elsewhere(
+        (c, mut running, mut waiting, quota) in arb_quota_pools()
+    ) {
+        let settings = Settings::default();
+        let g = settings.grace;
+        let mut seen: BTreeMap<u64, (u64, Option<u64>)> = BTreeMap::new();
+        drive(&c, &mut running, &mut waiting, &settings, &[], 100, &[g, g], &BTreeMap::new(), g,
+            |now, running, waiting, d| {
+                for x in d {
+                    if let Decision::Preempt { victim, .. } = x {
+                        let v = running.iter().find(|r| r.job.id == *victim).expect("runs");
+                        if v.job.team == 0 {
+                            // Its own best-effort work (`withinTeam: lowerPriority`).
+                            prop_assert!(v.job.priority < 1000);
+                        } else {
+                            prop_assert!(v.nodes.iter().all(|&n| c.nodes[n].pool == 0),
+                                "t={}: step {} reclaimed off the quota pools", now, victim);
+                        }
+                    }
+                }
+                let a = admitted(d);
+                let mine = waiting.iter().filter(|j| j.team == 0 && j.priority == 1000);
+                // What it holds on the on-demand nodes (where its admitted production goes).
+                let on_demand: u64 = running
+                    .iter()
+                    .filter(|r| r.job.team == 0)
+                    .map(|r| r.nodes.iter().filter(|&&n| c.nodes[n].pool == 0).count() as u64 * r.job.per_worker.gpu)
+                    .sum();
+                let held = on_demand
+                    + mine.clone().filter(|j| a.contains_key(&j.id)).map(|j| j.demand().gpu).sum::<u64>();
+                let left = mine.filter(|j| !a.contains_key(&j.id)).map(|j| j.demand().gpu).min();
+                seen.insert(now, (held, left));
+                Ok(())
+            })?;
+        let (held, left) = seen[&(100 + g)];
+        prop_assert!(left.is_none_or(|l| held + l > quota),
+            "one grace period on, team q (quota {} GPU on-demand) holds {} there and still waits for a step of {}: {:?}",
+            quota, held, left.unwrap_or(0), seen);
+    }
+}
