@@ -7,7 +7,8 @@
 //! `POST /fake/pods/{ns}/{name}/unschedulable?message=M`, `POST /fake/images/bad?name=I`,
 //! `POST /fake/nodes` (a Node JSON body, or `?spec=NAME:gpu=8,...`),
 //! `POST /fake/nodes/{name}/lose[?delete=true]`, `POST /fake/nodes/{name}/cordon`,
-//! `GET /fake/calls`, `POST /fake/calls/reset`, `GET /fake/pods`.
+//! `GET /fake/calls`, `POST /fake/calls/reset`, `GET /fake/pods`; with `--kueue-gpus N`,
+//! `GET /fake/kueue` and `POST /fake/kueue/evict/{ns}/{name}`.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -183,6 +184,31 @@ impl FakeKube {
 
     pub fn reset_calls(&self) {
         self.control("/fake/calls/reset");
+    }
+
+    /// The fake Kueue's ClusterQueue: `{gpus, used, admitted: [{namespace, name, gpus}],
+    /// waiting: [...]}`.
+    pub fn kueue(&self) -> serde_json::Value {
+        self.call("GET", "/fake/kueue", None).json()
+    }
+
+    /// Kueue preempts admitted Job `name`: suspended again, its pods deleted.
+    pub fn kueue_evict(&self, ns: &str, name: &str) -> Answer {
+        self.control(&format!("/fake/kueue/evict/{ns}/{name}"))
+    }
+
+    /// The Job as the API has it (`Null` when it is not there).
+    pub fn job(&self, ns: &str, name: &str) -> serde_json::Value {
+        let a = self.call(
+            "GET",
+            &format!("/apis/batch/v1/namespaces/{ns}/jobs/{name}"),
+            None,
+        );
+        if a.status == 200 {
+            a.json()
+        } else {
+            serde_json::Value::Null
+        }
     }
 
     pub fn pods(&self) -> serde_json::Value {
