@@ -1,7 +1,9 @@
 //! One connection to a Kubernetes cluster per namespace and process, shared by the executors
 //! of every run the process drives: the API client (rate limited, its calls counted), and two
 //! watches that keep what the cluster says in memory, so that no executor ever polls a pod:
-//! pods carrying `sluice.dev/managed=true` in the namespace, and the cluster's nodes.
+//! pods carrying `sluice.dev/managed=true` in the namespace (a Job's pods carry it from its
+//! template), and the cluster's nodes. Jobs (`admission: kueue`) are not watched: their pods
+//! say all the executor follows, and a Job is read once only when its pods went away.
 //!
 //! The watches are `kube::runtime::watcher`s: a list, then a watch from the list's resource
 //! version with bookmarks; a watch that expires (410 Gone) lists again. What changes is sent
@@ -14,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher;
@@ -29,6 +32,7 @@ pub const VERBS: &[(&str, &[&str])] = &[
     ("pods/log", &["get"]),
     ("services", &["create", "delete"]),
     ("events", &["list"]),
+    ("jobs", &["create", "delete", "get"]),
     ("nodes", &["list", "watch"]),
 ];
 
@@ -50,6 +54,8 @@ pub enum Change {
 /// What the watches know.
 #[derive(Default)]
 pub struct Seen {
+    /// Pods by worker: a pod of an Indexed Job (`admission: kueue`) as `JOB-INDEX` (its
+    /// hostname, the name a pod per worker would have), any other by its name.
     pub pods: HashMap<String, Pod>,
     /// Pods the watch saw deleted, with their last state, until an executor takes them.
     pub deleted: HashMap<String, Pod>,
@@ -333,7 +339,7 @@ impl Connection {
                 .as_ref()
                 .and_then(|l| l.get(names::RUN).cloned())
         };
-        let name_of = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+        let name_of = worker_of;
         match event {
             watcher::Event::Init => self.seen().relisting = Some(HashSet::new()),
             watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
@@ -352,8 +358,16 @@ impl Connection {
                 let (name, run) = (name_of(&p), run_of(&p));
                 {
                     let mut seen = self.seen();
-                    seen.pods.remove(&name);
-                    seen.deleted.insert(name.clone(), p);
+                    // A Job's worker may have a newer pod already (a Job resumed): only the
+                    // pod seen for the worker is taken away.
+                    let newer = seen
+                        .pods
+                        .get(&name)
+                        .is_some_and(|q| q.metadata.uid != p.metadata.uid);
+                    if !newer {
+                        seen.pods.remove(&name);
+                        seen.deleted.insert(name.clone(), p);
+                    }
                 }
                 self.tell(run.as_deref(), Change::Pod(name));
             }
@@ -491,6 +505,66 @@ impl Connection {
         }
     }
 
+    /// The real name of worker `worker`'s pod (a Job's pods have generated names), as the
+    /// watch last saw it; `worker` itself when unseen.
+    pub fn pod_name(&self, worker: &str) -> String {
+        let seen = self.seen();
+        seen.pods
+            .get(worker)
+            .or_else(|| seen.deleted.get(worker))
+            .and_then(|p| p.metadata.name.clone())
+            .unwrap_or_else(|| worker.to_owned())
+    }
+
+    /// The name of the pod of index `index` of Job `job`, listed through the API (for a
+    /// process without a watch).
+    pub async fn job_pod(&self, job: &str, index: u32) -> Option<String> {
+        self.turn().await;
+        let params =
+            kube::api::ListParams::default().labels(&format!("job-name={job},{JOB_INDEX}={index}"));
+        let list = self.pods().list(&params).await.ok()?;
+        list.items.into_iter().find_map(|p| p.metadata.name)
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates an attempt's Job (`admission: kueue`); one that exists already (made before a
+    /// restart) is taken as made.
+    pub async fn create_job(&self, job: &Job) -> Result<(), Error> {
+        self.turn().await;
+        match self.jobs().create(&PostParams::default(), job).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(unavailable("cannot create a job")(e)),
+        }
+    }
+
+    /// Deletes a Job and, in the background, its pods (each with its own grace period);
+    /// one already gone is fine.
+    pub async fn delete_job(&self, name: &str) -> Result<(), Error> {
+        self.turn().await;
+        let params = DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match self.jobs().delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(unavailable("cannot delete a job")(e)),
+        }
+    }
+
+    /// Whether Job `name` exists and is suspended (None: it does not exist).
+    pub async fn job_suspended(&self, name: &str) -> Result<Option<bool>, Error> {
+        self.turn().await;
+        match self.jobs().get_opt(name).await {
+            Ok(job) => Ok(job.map(|j| j.spec.and_then(|s| s.suspend).unwrap_or(false))),
+            Err(e) => Err(unavailable("cannot read a job")(e)),
+        }
+    }
+
     /// A pod's log as the kubelet keeps it (what its runtime printed: the attempt's lines).
     pub async fn pod_log(&self, name: &str) -> Result<String, Error> {
         self.turn().await;
@@ -525,6 +599,28 @@ impl Connection {
             })
     }
 }
+
+/// The worker a pod is: `JOB-INDEX` for a pod of an Indexed Job (its completion index, from
+/// the annotation the Job controller writes), else the pod's name.
+pub fn worker_of(p: &Pod) -> String {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let job = p.metadata.labels.as_ref().and_then(|l| {
+        l.get("batch.kubernetes.io/job-name")
+            .or_else(|| l.get("job-name"))
+    });
+    let index = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(JOB_INDEX));
+    match (job, index) {
+        (Some(job), Some(index)) => format!("{job}-{index}"),
+        _ => name,
+    }
+}
+
+/// The annotation (and label) of a pod's index in an Indexed Job.
+pub const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 /// What the executor keeps of a node.
 fn node_state(n: &Node, before: Option<(String, Instant)>) -> NodeState {
