@@ -7,7 +7,8 @@
 //! `POST /fake/pods/{ns}/{name}/unschedulable?message=M`, `POST /fake/images/bad?name=I`,
 //! `POST /fake/nodes` (a Node JSON body, or `?spec=NAME:gpu=8,...`),
 //! `POST /fake/nodes/{name}/lose[?delete=true]`, `POST /fake/nodes/{name}/cordon`,
-//! `GET /fake/calls`, `POST /fake/calls/reset`, `GET /fake/pods`; with `--kueue-gpus N`,
+//! `GET /fake/calls`, `POST /fake/calls/reset`, `GET /fake/pods`, `GET /fake/jobs`; with
+//! `--kueue-gpus N`,
 //! `GET /fake/kueue` and `POST /fake/kueue/evict/{ns}/{name}`.
 
 use std::io::BufRead;
@@ -197,18 +198,10 @@ impl FakeKube {
         self.control(&format!("/fake/kueue/evict/{ns}/{name}"))
     }
 
-    /// The Job as the API has it (`Null` when it is not there).
-    pub fn job(&self, ns: &str, name: &str) -> serde_json::Value {
-        let a = self.call(
-            "GET",
-            &format!("/apis/batch/v1/namespaces/{ns}/jobs/{name}"),
-            None,
-        );
-        if a.status == 200 {
-            a.json()
-        } else {
-            serde_json::Value::Null
-        }
+    /// Every Job there is now (not counted as an API call).
+    pub fn jobs(&self) -> Vec<serde_json::Value> {
+        let a = self.call("GET", "/fake/jobs", None);
+        a.json().as_array().cloned().unwrap_or_default()
     }
 
     pub fn pods(&self) -> serde_json::Value {

@@ -33,6 +33,7 @@ pub fn router() -> Router<Shared> {
         .route("/fake/nodes/{name}/cordon", post(cordon))
         .route("/fake/calls", get(calls))
         .route("/fake/calls/reset", post(reset_calls))
+        .route("/fake/jobs", get(jobs))
         .route("/fake/kueue", get(kueue_report))
         .route("/fake/kueue/evict/{ns}/{name}", post(kueue_evict))
 }
@@ -204,6 +205,12 @@ async fn calls(State(app): State<Shared>) -> Response {
 async fn reset_calls(State(app): State<Shared>) -> Response {
     app.lock().calls.clear();
     ok("reset")
+}
+
+/// Every Job there is now, as the API has it: for tests to read without an API call that
+/// would count as one of the client's.
+async fn jobs(State(app): State<Shared>) -> Response {
+    reply(200, &Value::Array(app.lock().list("jobs", None)))
 }
 
 /// The fake Kueue's ClusterQueue: `{gpus, used, admitted: [{namespace, name, gpus}],
