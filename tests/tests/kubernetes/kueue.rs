@@ -242,3 +242,58 @@ spec:
     });
     k.assert_calls_within_the_role();
 }
+
+/// A server killed while one Job runs and another waits for Kueue adopts both: the running
+/// one's pods and the suspended one (no pods to find, its Job read once), each Job created
+/// once and each step run once.
+#[test]
+fn a_server_killed_mid_run_adopts_its_running_and_its_waiting_jobs() {
+    let mut k = Cluster::start_kueue("kueue-kill", &["node-a", "node-b"], 4);
+    let release = k.sb.path().join("release");
+    let marks = k.sb.path().join("marks");
+    std::fs::create_dir_all(&marks).expect("marks");
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: adopt}
+spec:
+  params:
+    release: {type: string}
+    marks: {type: string}
+  steps:
+    - name: first
+      resources: {gpu: 4}
+      env: {RELEASE: "{{params.release}}", MARKS: "{{params.marks}}"}
+      run: echo ran >> "$MARKS/$SLUICE_STEP"; while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+    - name: second
+      resources: {gpu: 4}
+      env: {RELEASE: "{{params.release}}", MARKS: "{{params.marks}}"}
+      run: echo ran >> "$MARKS/$SLUICE_STEP"; while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+"#;
+    let params = [
+        format!("release={}", release.display()),
+        format!("marks={}", marks.display()),
+    ];
+    let params: Vec<&str> = params.iter().map(String::as_str).collect();
+    let id = k.submit(source, &params);
+    wait_run(&k, &id, "one Job running, one held", || {
+        k.jobs(&id).len() == 2 && admitted(&k).len() == 1 && k.live_pods(&id).len() == 1
+    });
+    k.restart_server();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let run = k.run(&id);
+    for (name, step) in steps(&run) {
+        assert_eq!(step["state"], "Running", "{name}: {run}");
+        assert_eq!(step["attempts"].as_array().map(Vec::len), Some(1), "{run}");
+    }
+    std::fs::write(&release, "").expect("release");
+    wait_state(&k, &id, "Succeeded");
+    let run = k.run(&id);
+    for (name, step) in steps(&run) {
+        assert_eq!(step["attempts"].as_array().map(Vec::len), Some(1), "{run}");
+        let ran = std::fs::read_to_string(marks.join(&name)).unwrap_or_default();
+        assert_eq!(ran.lines().count(), 1, "step {name} ran more than once");
+    }
+    let calls = k.kube.calls();
+    assert_eq!(calls["by"]["create jobs"], 2, "{calls}");
+    k.assert_calls_within_the_role();
+}
