@@ -297,3 +297,44 @@ spec:
     assert_eq!(calls["by"]["create jobs"], 2, "{calls}");
     k.assert_calls_within_the_role();
 }
+
+/// Cancelling a run while Kueue holds its Job (the quota taken by another tenant's Job)
+/// ends it: the held Job, which will never get pods, is deleted and the run is `Cancelled`.
+#[test]
+fn a_run_cancelled_while_kueue_holds_its_job_ends_and_leaves_no_job() {
+    let k = Cluster::start_kueue("kueue-cancel", &["node-a"], 4);
+    let other = serde_json::json!({"metadata": {"name": "other-tenant",
+            "labels": {"kueue.x-k8s.io/queue-name": "nlp"}},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "60"],
+                "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}}});
+    let made = k.kube.call(
+        "POST",
+        &format!("/apis/batch/v1/namespaces/{NAMESPACE}/jobs"),
+        Some(&other),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    wait_for("the other tenant's Job admitted", || {
+        admitted(&k) == ["other-tenant"]
+    });
+    let source = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: cancel}
+spec:
+  steps:
+    - name: held
+      resources: {gpu: 4}
+      run: sleep 60
+"#;
+    let id = k.submit(source, &[]);
+    wait_run(&k, &id, "the step's Job held", || {
+        steps(&k.run(&id))["held"]["reason"]
+            == "waiting: Kueue has not admitted the Job (queue vision)"
+    });
+    let cancel = k.cli(&["cancel", &id]);
+    assert_eq!(cancel.code, Some(0), "{}", cancel.stderr);
+    wait_state(&k, &id, "Cancelled");
+    wait_for("the held Job deleted", || k.jobs(&id).is_empty());
+    assert_eq!(admitted(&k), ["other-tenant"]);
+    k.assert_calls_within_the_role();
+}

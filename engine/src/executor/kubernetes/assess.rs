@@ -18,60 +18,24 @@ pub(super) enum Outcome {
 
 impl Kube {
     /// Looks at an attempt's pods as the watches last saw them; an outcome once it has one.
-    /// A Job's loss is said as Kueue's eviction when Kueue suspended it again.
+    /// A Job (`admission: kueue`) not admitted yet waits; its loss is said as Kueue's
+    /// eviction when Kueue suspended it again.
     pub(super) async fn assess(&mut self, step: &str) -> Option<Outcome> {
-        let job = self
-            .watched
-            .get(step)
-            .map(|w| w.at.clone())
-            .filter(|a| a.job);
-        match (self.assess_pods(step).await, job) {
-            (Some(Outcome::Lost(why)), Some(at)) => {
+        let at = self.watched.get(step)?.at.clone();
+        if at.job
+            && let Some(waiting) = self.unadmitted(step).await
+        {
+            return waiting;
+        }
+        match self.assess_pods(step).await {
+            Some(Outcome::Lost(why)) if at.job => {
                 Some(Outcome::Lost(self.why_lost(&at, why).await))
             }
-            (outcome, _) => outcome,
+            outcome => outcome,
         }
-    }
-
-    /// A Job attempt (`admission: kueue`) with no pod yet is waiting for Kueue: it says so,
-    /// and its pods' start timeout counts from the first one seen. False while it waits.
-    fn admitted(&mut self, step: &str) -> bool {
-        let Some(w) = self.watched.get(step) else {
-            return false;
-        };
-        if w.admitted {
-            return true;
-        }
-        let any = {
-            let seen = self.conn.seen();
-            (0..w.at.workers).any(|i| {
-                let name = w.at.pod(i);
-                seen.pods.contains_key(&name) || seen.deleted.contains_key(&name)
-            })
-        };
-        let waiting = Some(super::kueue::waiting(&self.team));
-        let Some(w) = self.watched.get_mut(step) else {
-            return false;
-        };
-        if any {
-            w.admitted = true;
-            w.since = Instant::now();
-            return true;
-        }
-        if w.shown != waiting {
-            w.shown = waiting.clone();
-            self.events.push_back(Event::Waiting {
-                attempt: w.id.clone(),
-                reason: waiting,
-            });
-        }
-        false
     }
 
     async fn assess_pods(&mut self, step: &str) -> Option<Outcome> {
-        if !self.admitted(step) {
-            return None;
-        }
         let (at, since) = {
             let w = self.watched.get(step)?;
             (w.at.clone(), w.since)

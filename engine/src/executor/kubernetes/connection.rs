@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher;
@@ -160,7 +159,7 @@ pub fn calls() -> BTreeMap<String, u64> {
         .clone()
 }
 
-fn unavailable(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
+pub(super) fn unavailable(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     move |e| Error::Unavailable(format!("Kubernetes: {what}: {e}"))
 }
 
@@ -446,11 +445,11 @@ impl Connection {
     }
 
     /// Waits for the rate limiter's leave to make one request.
-    async fn turn(&self) {
+    pub(super) async fn turn(&self) {
         self.limiter.until_ready().await;
     }
 
-    fn pods(&self) -> Api<Pod> {
+    pub(super) fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
@@ -514,55 +513,6 @@ impl Connection {
             .or_else(|| seen.deleted.get(worker))
             .and_then(|p| p.metadata.name.clone())
             .unwrap_or_else(|| worker.to_owned())
-    }
-
-    /// The name of the pod of index `index` of Job `job`, listed through the API (for a
-    /// process without a watch).
-    pub async fn job_pod(&self, job: &str, index: u32) -> Option<String> {
-        self.turn().await;
-        let params =
-            kube::api::ListParams::default().labels(&format!("job-name={job},{JOB_INDEX}={index}"));
-        let list = self.pods().list(&params).await.ok()?;
-        list.items.into_iter().find_map(|p| p.metadata.name)
-    }
-
-    fn jobs(&self) -> Api<Job> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    /// Creates an attempt's Job (`admission: kueue`); one that exists already (made before a
-    /// restart) is taken as made.
-    pub async fn create_job(&self, job: &Job) -> Result<(), Error> {
-        self.turn().await;
-        match self.jobs().create(&PostParams::default(), job).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(unavailable("cannot create a job")(e)),
-        }
-    }
-
-    /// Deletes a Job and, in the background, its pods (each with its own grace period);
-    /// one already gone is fine.
-    pub async fn delete_job(&self, name: &str) -> Result<(), Error> {
-        self.turn().await;
-        let params = DeleteParams {
-            propagation_policy: Some(kube::api::PropagationPolicy::Background),
-            ..DeleteParams::default()
-        };
-        match self.jobs().delete(name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(unavailable("cannot delete a job")(e)),
-        }
-    }
-
-    /// Whether Job `name` exists and is suspended (None: it does not exist).
-    pub async fn job_suspended(&self, name: &str) -> Result<Option<bool>, Error> {
-        self.turn().await;
-        match self.jobs().get_opt(name).await {
-            Ok(job) => Ok(job.map(|j| j.spec.and_then(|s| s.suspend).unwrap_or(false))),
-            Err(e) => Err(unavailable("cannot read a job")(e)),
-        }
     }
 
     /// A pod's log as the kubelet keeps it (what its runtime printed: the attempt's lines).

@@ -20,10 +20,18 @@ use k8s_openapi::api::batch::v1::Job;
 use serde_json::json;
 use sluice_runtime::contract::{self, Launch};
 
+use kube::api::{Api, DeleteParams, PostParams};
+
+use super::assess::Outcome;
+use super::connection::{Connection, JOB_INDEX, unavailable};
 use super::manifest::{self, WorkerPod};
 use super::names;
 use super::{Kube, Where};
-use crate::executor::{AttemptId, Error, Placement, Probe};
+use crate::executor::{AttemptId, Error, Event, Placement, Probe};
+
+/// How often a Job Kueue holds is read to see that it still exists (deleted by someone, it
+/// would never get pods).
+const STILL_THERE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The label naming the Kueue LocalQueue of a Job.
 pub const QUEUE: &str = "kueue.x-k8s.io/queue-name";
@@ -186,11 +194,115 @@ impl Kube {
         }))
     }
 
+    /// A Job attempt with no pod yet is waiting for Kueue: it says so (once), and its pods'
+    /// start timeout counts from the first one seen. None once admitted; `Some(None)` while
+    /// it waits; an outcome when it never will be admitted: it was stopped (cancelled,
+    /// preempted) or its Job is gone (read once a minute while it waits).
+    pub(super) async fn unadmitted(&mut self, step: &str) -> Option<Option<Outcome>> {
+        let w = self.watched.get(step)?;
+        if w.admitted {
+            return None;
+        }
+        let at = w.at.clone();
+        let any = {
+            let seen = self.conn.seen();
+            (0..at.workers).any(|i| {
+                let name = at.pod(i);
+                seen.pods.contains_key(&name) || seen.deleted.contains_key(&name)
+            })
+        };
+        if any {
+            let w = self.watched.get_mut(step)?;
+            w.admitted = true;
+            w.since = std::time::Instant::now();
+            return None;
+        }
+        let asked = self
+            .conn
+            .stopping
+            .lock()
+            .is_ok_and(|s| s.contains(at.handle().as_str()));
+        let gone = format!("the Job {} was deleted before Kueue admitted it", at.base);
+        if asked {
+            return Some(Some(Outcome::Lost(gone)));
+        }
+        if w.since.elapsed() >= STILL_THERE_EVERY {
+            if let Ok(None) = self.conn.job_suspended(&at.base).await {
+                return Some(Some(Outcome::Lost(gone)));
+            }
+            if let Some(w) = self.watched.get_mut(step) {
+                // `since` is not a start yet: it paces these reads.
+                w.since = std::time::Instant::now();
+            }
+        }
+        let waiting = Some(waiting(&self.team));
+        let w = self.watched.get_mut(step)?;
+        if w.shown != waiting {
+            w.shown = waiting.clone();
+            self.events.push_back(Event::Waiting {
+                attempt: w.id.clone(),
+                reason: waiting,
+            });
+        }
+        Some(None)
+    }
+
     /// The reason of a Job attempt's loss: Kueue's eviction when the Job was suspended again.
     pub(super) async fn why_lost(&self, at: &Where, why: String) -> String {
         match self.conn.job_suspended(&at.base).await {
             Ok(Some(true)) => format!("evicted by Kueue: the Job {} was suspended again", at.base),
             _ => why,
+        }
+    }
+}
+
+impl Connection {
+    /// The name of the pod of index `index` of Job `job`, listed through the API (for a
+    /// process without a watch).
+    pub async fn job_pod(&self, job: &str, index: u32) -> Option<String> {
+        self.turn().await;
+        let params =
+            kube::api::ListParams::default().labels(&format!("job-name={job},{JOB_INDEX}={index}"));
+        let list = self.pods().list(&params).await.ok()?;
+        list.items.into_iter().find_map(|p| p.metadata.name)
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates an attempt's Job (`admission: kueue`); one that exists already (made before a
+    /// restart) is taken as made.
+    pub async fn create_job(&self, job: &Job) -> Result<(), Error> {
+        self.turn().await;
+        match self.jobs().create(&PostParams::default(), job).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(unavailable("cannot create a job")(e)),
+        }
+    }
+
+    /// Deletes a Job and, in the background, its pods (each with its own grace period);
+    /// one already gone is fine.
+    pub async fn delete_job(&self, name: &str) -> Result<(), Error> {
+        self.turn().await;
+        let params = DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match self.jobs().delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(unavailable("cannot delete a job")(e)),
+        }
+    }
+
+    /// Whether Job `name` exists and is suspended (None: it does not exist).
+    pub async fn job_suspended(&self, name: &str) -> Result<Option<bool>, Error> {
+        self.turn().await;
+        match self.jobs().get_opt(name).await {
+            Ok(job) => Ok(job.map(|j| j.spec.and_then(|s| s.suspend).unwrap_or(false))),
+            Err(e) => Err(unavailable("cannot read a job")(e)),
         }
     }
 }

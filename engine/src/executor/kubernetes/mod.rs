@@ -634,15 +634,16 @@ impl Kube {
             if at.job {
                 // The Job's pods go with it, each with its own grace period.
                 let _ = conn.delete_job(&at.base).await;
-            }
-            for i in (0..at.workers).filter(|_| !at.job) {
-                let running = matches!(
-                    conn.seen().pods.get(&at.pod(i)).map(status::of),
-                    Some(status::Worker::Running)
-                );
-                let _ = conn
-                    .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
-                    .await;
+            } else {
+                for i in 0..at.workers {
+                    let running = matches!(
+                        conn.seen().pods.get(&at.pod(i)).map(status::of),
+                        Some(status::Worker::Running)
+                    );
+                    let _ = conn
+                        .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
+                        .await;
+                }
             }
             if at.workers > 1 {
                 let _ = conn.delete_service(&at.base).await;
