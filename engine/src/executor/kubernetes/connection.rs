@@ -348,8 +348,16 @@ impl Connection {
                     if let Some(listed) = seen.relisting.as_mut() {
                         listed.insert(name.clone());
                     }
-                    seen.deleted.remove(&name);
-                    seen.pods.insert(name.clone(), p);
+                    // A Job's worker with two pods (re-admitted while its old one
+                    // terminates): the newer one is followed.
+                    let stale = seen
+                        .pods
+                        .get(&name)
+                        .is_some_and(|q| super::kueue::supersedes(q, &p));
+                    if !stale {
+                        seen.deleted.remove(&name);
+                        seen.pods.insert(name.clone(), p);
+                    }
                 }
                 self.tell(run.as_deref(), Change::Pod(name));
             }

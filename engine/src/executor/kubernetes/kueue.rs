@@ -17,6 +17,7 @@
 //! deleted) makes the attempt `Lost`, and the Job is deleted: the next attempt is a new Job.
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use sluice_runtime::contract::{self, Launch};
 
@@ -256,6 +257,22 @@ impl Kube {
     }
 }
 
+/// Whether pod `current` of a Job's worker supersedes `incoming`, another pod of the same
+/// worker: made later, or made in the same second and not terminating while `incoming` is.
+pub(super) fn supersedes(current: &Pod, incoming: &Pod) -> bool {
+    let (c, i) = (&current.metadata, &incoming.metadata);
+    if c.uid == i.uid {
+        return false;
+    }
+    match c.creation_timestamp.cmp(&i.creation_timestamp) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => {
+            c.deletion_timestamp.is_none() && i.deletion_timestamp.is_some()
+        }
+    }
+}
+
 impl Connection {
     /// The name of the pod of index `index` of Job `job`, listed through the API (for a
     /// process without a watch).
@@ -311,6 +328,28 @@ impl Connection {
 mod tests {
     use super::*;
     use crate::spec::model::Taint;
+
+    #[test]
+    fn a_workers_newer_pod_is_followed_over_its_terminating_namesake() {
+        let pod = |uid: &str, created: &str, deleting: bool| -> Pod {
+            let mut meta = json!({"name": format!("j-0-{uid}"), "uid": uid,
+                                  "creationTimestamp": created});
+            if deleting {
+                meta["deletionTimestamp"] = json!("2026-12-06T10:00:09Z");
+            }
+            serde_json::from_value(json!({"metadata": meta})).expect("a pod")
+        };
+        let old = pod("a", "2026-12-06T10:00:00Z", true);
+        let new = pod("b", "2026-12-06T10:00:05Z", false);
+        assert!(
+            supersedes(&new, &old),
+            "the old pod's updates are not followed"
+        );
+        assert!(!supersedes(&old, &new), "the new pod replaces the old");
+        assert!(!supersedes(&new, &new), "a pod's own update is followed");
+        let twin = pod("c", "2026-12-06T10:00:00Z", false);
+        assert!(supersedes(&twin, &old), "same second: the live one");
+    }
 
     #[test]
     fn an_attempt_is_one_suspended_indexed_job_queued_for_its_team() {
