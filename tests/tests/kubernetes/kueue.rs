@@ -204,6 +204,12 @@ spec:
 "#;
     let id = k.submit(source, &[]);
     k.running_pod(&id, "train");
+    // The running attempt's log, live from its Job's pod (whose name the Job controller made).
+    wait_run(&k, &id, "the live log", || {
+        k.cli(&["logs", &id, "train"])
+            .stdout
+            .contains("attempt 1 starts at epoch 0")
+    });
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let first = job_of(&k.jobs(&id), "train").cloned().expect("the Job");
     let first = first["metadata"]["name"]
