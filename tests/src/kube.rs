@@ -7,7 +7,9 @@
 //! `POST /fake/pods/{ns}/{name}/unschedulable?message=M`, `POST /fake/images/bad?name=I`,
 //! `POST /fake/nodes` (a Node JSON body, or `?spec=NAME:gpu=8,...`),
 //! `POST /fake/nodes/{name}/lose[?delete=true]`, `POST /fake/nodes/{name}/cordon`,
-//! `GET /fake/calls`, `POST /fake/calls/reset`, `GET /fake/pods`.
+//! `GET /fake/calls`, `POST /fake/calls/reset`, `GET /fake/pods`, `GET /fake/jobs`; with
+//! `--kueue-gpus N`,
+//! `GET /fake/kueue` and `POST /fake/kueue/evict/{ns}/{name}`.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -183,6 +185,23 @@ impl FakeKube {
 
     pub fn reset_calls(&self) {
         self.control("/fake/calls/reset");
+    }
+
+    /// The fake Kueue's ClusterQueue: `{gpus, used, admitted: [{namespace, name, gpus}],
+    /// waiting: [...]}`.
+    pub fn kueue(&self) -> serde_json::Value {
+        self.call("GET", "/fake/kueue", None).json()
+    }
+
+    /// Kueue preempts admitted Job `name`: suspended again, its pods deleted.
+    pub fn kueue_evict(&self, ns: &str, name: &str) -> Answer {
+        self.control(&format!("/fake/kueue/evict/{ns}/{name}"))
+    }
+
+    /// Every Job there is now (not counted as an API call).
+    pub fn jobs(&self) -> Vec<serde_json::Value> {
+        let a = self.call("GET", "/fake/jobs", None);
+        a.json().as_array().cloned().unwrap_or_default()
     }
 
     pub fn pods(&self) -> serde_json::Value {

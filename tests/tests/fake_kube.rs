@@ -14,6 +14,8 @@ use sluice_e2e::kube::{FakeKube, phase, pod};
 
 #[path = "fake_kube/http.rs"]
 mod http;
+#[path = "fake_kube/jobs.rs"]
+mod jobs;
 
 const NS: &str = "default";
 

@@ -36,6 +36,16 @@
 //! | `SLUICE_POD_LAUNCH` | required: this worker's [`Launch`] as JSON, `workers` 1 (a gang's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ... are in its `env`, set by the engine). An empty `workdir` is the container's working directory. |
 //! | `SLUICE_POD_KEY` | required: the key prefix of this worker's record, no trailing slash (`teams/T/attempts/RUN/STEP/N/w0`), written `KEY` below |
 //! | `SLUICE_POD_DIR` | the local folder of the attempt's files above (default `/sluice-pod/attempt`), created if missing; `launch.json` is written into it |
+//! | `JOB_COMPLETION_INDEX` | with `admission: kueue` only: the worker's rank, set by Kubernetes' Job controller in each pod of an Indexed Job (see below) |
+//!
+//! With `admission: kueue` every worker of an attempt is a pod of one Indexed Job, so all of
+//! them share one pod template and one environment: the engine writes the worker's rank as
+//! the placeholder [`INDEX`] (`{index}`) in `SLUICE_POD_KEY` (`.../pods/{index}`) and in the
+//! launch's `env` values that differ by worker (`RANK`, `PET_NODE_RANK`), and writes rank 0's
+//! launch. When `SLUICE_POD_KEY` holds the placeholder, the runtime reads
+//! `JOB_COMPLETION_INDEX` (required then), replaces every `{index}` in the key and in the
+//! `env` values with it, and for a rank above 0 applies [`Launch::for_rank`] (no outputs,
+//! checkpoints restored only), as the engine does itself for a pod per worker.
 //!
 //! The attempt runs there exactly as `exec` runs it (inputs, checkpoints, outputs, timeout,
 //! SIGTERM to the program's group, grace, SIGKILL, final checkpoint sync, `result.json`), and
@@ -85,6 +95,10 @@ pub const TERMINATE_FILE: &str = "terminate";
 /// timeout): a runtime that wakes up again syncs nothing more for it.
 pub const LOST_FILE: &str = "lost";
 pub const LOG_FILE: &str = "output.log";
+/// In pod mode, the placeholder of the worker's rank (`JOB_COMPLETION_INDEX`), see "Pod mode".
+pub const INDEX: &str = "{index}";
+/// The variable Kubernetes' Job controller sets to a pod's index in an Indexed Job.
+pub const ENV_JOB_INDEX: &str = "JOB_COMPLETION_INDEX";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 
 /// What to run, and how. Written by the engine, read by the runtime.
@@ -158,6 +172,19 @@ pub struct Collect {
     /// Per metric, which observation is the attempt's value (`Latest` when absent).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub strategies: BTreeMap<String, Strategy>,
+}
+
+impl Launch {
+    /// The launch of rank `rank` of a gang from rank 0's: only rank 0 keeps the outputs and
+    /// syncs the checkpoint; the others restore it.
+    pub fn for_rank(&mut self, rank: u32) {
+        if rank > 0 {
+            self.outputs.clear();
+            if let Some(c) = self.checkpoint.as_mut() {
+                c.restore_only = true;
+            }
+        }
+    }
 }
 
 impl Collect {

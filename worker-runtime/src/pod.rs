@@ -118,8 +118,35 @@ impl Config {
         let dir = var(ENV_DIR)
             .filter(|d| !d.is_empty())
             .map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from);
+        let key = if key.contains(contract::INDEX) {
+            let rank = indexed(&var, &mut launch)?;
+            key.replace(contract::INDEX, &rank.to_string())
+        } else {
+            key
+        };
         Ok(Config { launch, key, dir })
     }
+}
+
+/// A worker of an Indexed Job (`admission: kueue`): its rank from `JOB_COMPLETION_INDEX`,
+/// written into the launch's `env` values in place of `{index}`, and the launch made that
+/// rank's ([`Launch::for_rank`]).
+fn indexed(var: &impl Fn(&str) -> Option<String>, launch: &mut Launch) -> Result<u32, Error> {
+    let text = var(contract::ENV_JOB_INDEX).ok_or(Error::Missing {
+        var: contract::ENV_JOB_INDEX,
+        what: "the worker's index in its Job, which SLUICE_POD_KEY's {index} stands for",
+    })?;
+    let rank: u32 = text.trim().parse().map_err(|_| Error::Invalid {
+        var: contract::ENV_JOB_INDEX,
+        why: format!("{text:?} is not a worker index"),
+    })?;
+    for value in launch.env.values_mut() {
+        if value.contains(contract::INDEX) {
+            *value = value.replace(contract::INDEX, &rank.to_string());
+        }
+    }
+    launch.for_rank(rank);
+    Ok(rank)
 }
 
 /// `sluice-runtime pod`: reads the environment, runs the worker, records it.
@@ -295,6 +322,48 @@ mod tests {
             std::env::current_dir().ok(),
             "an empty workdir is the current directory"
         );
+    }
+
+    #[test]
+    fn an_indexed_jobs_worker_takes_its_rank_from_job_completion_index() {
+        let launch = LAUNCH
+            .replace(
+                r#""env":{}"#,
+                r#""env":{"RANK":"{index}","WORLD_SIZE":"2"}"#,
+            )
+            .replace(r#""outputs":[]"#, r#""outputs":["model"]"#);
+        let key = "t/r/s/1/pods/{index}";
+        let zero = Config::from_vars(vars(&[
+            (ENV_LAUNCH, &launch),
+            (ENV_KEY, key),
+            (contract::ENV_JOB_INDEX, "0"),
+        ]))
+        .expect("rank 0");
+        assert_eq!(zero.key, "t/r/s/1/pods/0");
+        assert_eq!(zero.launch.env["RANK"], "0");
+        assert_eq!(zero.launch.outputs, ["model"], "rank 0 keeps the outputs");
+        let one = Config::from_vars(vars(&[
+            (ENV_LAUNCH, &launch),
+            (ENV_KEY, key),
+            (contract::ENV_JOB_INDEX, "1"),
+        ]))
+        .expect("rank 1");
+        assert_eq!(one.key, "t/r/s/1/pods/1");
+        assert_eq!(
+            (
+                one.launch.env["RANK"].as_str(),
+                one.launch.env["WORLD_SIZE"].as_str()
+            ),
+            ("1", "2")
+        );
+        assert!(one.launch.outputs.is_empty(), "only rank 0 keeps outputs");
+        let e = Config::from_vars(vars(&[(ENV_LAUNCH, &launch), (ENV_KEY, key)]))
+            .expect_err("no index");
+        assert!(
+            e.to_string().starts_with("JOB_COMPLETION_INDEX is not set"),
+            "{e}"
+        );
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

@@ -124,6 +124,8 @@ pub struct Placement {
     pub gpu: u32,
     pub millicpu: u64,
     pub memory: u64,
+    /// The step's `flavor` (`admission: kueue`: its pool's labels select the nodes).
+    pub flavor: Option<String>,
 }
 
 /// The settings of a Cluster that an executor and its runtimes follow (`runtime.*` and

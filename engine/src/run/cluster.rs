@@ -358,6 +358,17 @@ impl Scheduling {
     }
 
     /// The interval between trial starts of `team` (ms), from its `maxTrialsPerMinute`.
+    /// Whether Kueue admits this Cluster's steps (`executor: kubernetes` with
+    /// `admission: kueue`): sluice then neither admits nor places them.
+    pub fn admitted_by_kueue(&self) -> bool {
+        self.spec.executor == crate::spec::model::ExecutorKind::Kubernetes
+            && self
+                .spec
+                .kubernetes
+                .as_ref()
+                .is_some_and(|k| k.admission == crate::spec::model::Admission::Kueue)
+    }
+
     pub fn trial_interval_ms(&self, team: &str) -> Option<i64> {
         self.trial_rate(team)
             .map(|per_minute| ((60_000.0 / per_minute.max(1) as f64).round() as i64).max(1))

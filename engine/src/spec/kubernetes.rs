@@ -81,11 +81,6 @@ fn kubernetes(cx: &mut Cx<'_>, node: &Node) -> Option<KubernetesSpec> {
         && let Some(v) = super::cluster::one_of(cx, a, "kubernetes.admission", &["sluice", "kueue"])
         && v == "kueue"
     {
-        cx.d.error(
-            a.pos,
-            "kubernetes.admission: kueue is not supported yet: this sluice admits and places its pods itself",
-        )
-        .help("remove admission: or write admission: sluice");
         admission = Admission::Kueue;
     }
     let mut pod_start_timeout = Duration::from_secs(300);

@@ -526,7 +526,8 @@ pub struct KubernetesSpec {
     pub pod_start_timeout: std::time::Duration,
 }
 
-/// Who admits pods: sluice itself, or Kueue (`admission: kueue`, not supported yet).
+/// Who admits pods: sluice itself, or Kueue (`admission: kueue`: each attempt a suspended
+/// Job that Kueue admits, see `docs/kubernetes.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
     Sluice,

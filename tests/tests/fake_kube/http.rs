@@ -232,7 +232,8 @@ fn a_job_makes_its_pods_unless_suspended_and_its_delete_takes_them() {
             .as_array()
             .map_or(0, Vec::len)
     };
-    assert_eq!((of("run"), of("held")), (2, 0));
+    sluice_e2e::wait_for("the job's pods", || of("run") == 2);
+    assert_eq!(of("held"), 0);
     let del = json!({"propagationPolicy": "Background", "gracePeriodSeconds": 1});
     let gone = fk.call("DELETE", &format!("{jobs}/run"), Some(&del));
     assert_eq!(gone.status, 200);

@@ -26,8 +26,9 @@ pub struct Cluster {
 
 /// The Cluster file: one pool `gpu` of `pool` nodes with 4 GPUs each (the fake's nodes
 /// labelled `pool=gpu`; `pool` 0: the nodes and their resources read from the cluster), team
-/// `vision`, short timeouts; `extra` is appended to its spec.
-fn cluster_yaml(objects: &str, pool: usize, extra: &str) -> String {
+/// `vision`, short timeouts; `extra` is appended to its spec; `admission` is its
+/// `kubernetes.admission`.
+fn cluster_yaml(objects: &str, pool: usize, extra: &str, admission: &str) -> String {
     let nodes = if pool == 0 {
         String::new()
     } else {
@@ -44,6 +45,7 @@ spec:
     runtimeImage: {RUNTIME_IMAGE}
     objectsSecret: sluice-objects
     podStartTimeout: 5s
+    admission: {admission}
   objects: {objects}
   pools:
     - name: gpu
@@ -71,12 +73,32 @@ impl Cluster {
             .map(|n| format!("{n}:gpu=4,cpu=16,memory=64Gi,label.pool=gpu"))
             .collect();
         let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
-        Self::start_nodes(tag, &specs, pool, extra)
+        Self::start_all(tag, &specs, pool, extra, None)
     }
 
     /// As [`Cluster::start_with`], the fake's nodes given as `fake-kube --node` specs
     /// (`NAME:gpu=8,cpu=16,memory=64Gi,label.KEY=VALUE`).
     pub fn start_nodes(tag: &str, specs: &[&str], pool: usize, extra: &str) -> Cluster {
+        Self::start_all(tag, specs, pool, extra, None)
+    }
+
+    /// `admission: kueue`, with the fake's Kueue holding `gpus` GPUs of quota.
+    pub fn start_kueue(tag: &str, nodes: &[&str], gpus: u32) -> Cluster {
+        let specs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("{n}:gpu=4,cpu=16,memory=64Gi,label.pool=gpu"))
+            .collect();
+        let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+        Self::start_all(tag, &specs, nodes.len(), "", Some(gpus))
+    }
+
+    fn start_all(
+        tag: &str,
+        specs: &[&str],
+        pool: usize,
+        extra: &str,
+        kueue: Option<u32>,
+    ) -> Cluster {
         let sb = Sandbox::new(tag);
         let s3 = S3::start("sluice-k8s");
         let image = sb.path().join("images/runtime");
@@ -86,10 +108,17 @@ impl Cluster {
             image.join("sluice-runtime"),
         )
         .expect("the runtime in its image");
-        let kube = FakeKube::start(
+        let gpus = kueue.map(|g| g.to_string()).unwrap_or_default();
+        let args: &[&str] = if kueue.is_some() {
+            &["--kueue-gpus", &gpus]
+        } else {
+            &[]
+        };
+        let kube = FakeKube::start_with(
             &sb.path().join("kube"),
             specs,
             &[(RUNTIME_IMAGE, image.as_path())],
+            args,
         );
         let mut secret = serde_json::Map::new();
         for (k, v) in s3.env() {
@@ -107,7 +136,12 @@ impl Cluster {
         let kubeconfig = kube.kubeconfig(sb.path());
         let cluster = sb.write(
             "cluster.yaml",
-            &cluster_yaml(&s3.url("sluice"), pool, extra),
+            &cluster_yaml(
+                &s3.url("sluice"),
+                pool,
+                extra,
+                if kueue.is_some() { "kueue" } else { "sluice" },
+            ),
         );
         let mut env: Vec<(String, String)> = s3
             .env()
@@ -181,6 +215,13 @@ impl Cluster {
             None,
         );
         a.json()["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The Jobs of run `id` the fake has now (read through a control: not an API call).
+    pub fn jobs(&self, id: &str) -> Vec<Value> {
+        let mut jobs = self.kube.jobs();
+        jobs.retain(|j| j["metadata"]["labels"]["sluice.dev/run"] == id);
+        jobs
     }
 
     /// Waits for the one running pod of step `step` of run `id`; its name.

@@ -18,7 +18,24 @@ pub(super) enum Outcome {
 
 impl Kube {
     /// Looks at an attempt's pods as the watches last saw them; an outcome once it has one.
+    /// A Job (`admission: kueue`) not admitted yet waits; its loss is said as Kueue's
+    /// eviction when Kueue suspended it again.
     pub(super) async fn assess(&mut self, step: &str) -> Option<Outcome> {
+        let at = self.watched.get(step)?.at.clone();
+        if at.job
+            && let Some(waiting) = self.unadmitted(step).await
+        {
+            return waiting;
+        }
+        match self.assess_pods(step).await {
+            Some(Outcome::Lost(why)) if at.job => {
+                Some(Outcome::Lost(self.why_lost(&at, why).await))
+            }
+            outcome => outcome,
+        }
+    }
+
+    async fn assess_pods(&mut self, step: &str) -> Option<Outcome> {
         let (at, since) = {
             let w = self.watched.get(step)?;
             (w.at.clone(), w.since)

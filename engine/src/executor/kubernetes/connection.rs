@@ -1,7 +1,9 @@
 //! One connection to a Kubernetes cluster per namespace and process, shared by the executors
 //! of every run the process drives: the API client (rate limited, its calls counted), and two
 //! watches that keep what the cluster says in memory, so that no executor ever polls a pod:
-//! pods carrying `sluice.dev/managed=true` in the namespace, and the cluster's nodes.
+//! pods carrying `sluice.dev/managed=true` in the namespace (a Job's pods carry it from its
+//! template), and the cluster's nodes. Jobs (`admission: kueue`) are not watched: their pods
+//! say all the executor follows, and a Job is read once only when its pods went away.
 //!
 //! The watches are `kube::runtime::watcher`s: a list, then a watch from the list's resource
 //! version with bookmarks; a watch that expires (410 Gone) lists again. What changes is sent
@@ -30,6 +32,7 @@ pub const VERBS: &[(&str, &[&str])] = &[
     ("pods/log", &["get"]),
     ("services", &["create", "delete"]),
     ("events", &["list"]),
+    ("jobs", &["create", "delete", "get"]),
     ("nodes", &["list", "watch"]),
 ];
 
@@ -51,6 +54,8 @@ pub enum Change {
 /// What the watches know.
 #[derive(Default)]
 pub struct Seen {
+    /// Pods by worker: a pod of an Indexed Job (`admission: kueue`) as `JOB-INDEX` (its
+    /// hostname, the name a pod per worker would have), any other by its name.
     pub pods: HashMap<String, Pod>,
     /// Pods the watch saw deleted, with their last state, until an executor takes them.
     pub deleted: HashMap<String, Pod>,
@@ -159,7 +164,7 @@ pub fn calls() -> BTreeMap<String, u64> {
         .clone()
 }
 
-fn unavailable(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
+pub(super) fn unavailable(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     move |e| Error::Unavailable(format!("Kubernetes: {what}: {e}"))
 }
 
@@ -338,7 +343,7 @@ impl Connection {
                 .as_ref()
                 .and_then(|l| l.get(names::RUN).cloned())
         };
-        let name_of = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+        let name_of = worker_of;
         match event {
             watcher::Event::Init => self.seen().relisting = Some(HashSet::new()),
             watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
@@ -348,8 +353,16 @@ impl Connection {
                     if let Some(listed) = seen.relisting.as_mut() {
                         listed.insert(name.clone());
                     }
-                    seen.deleted.remove(&name);
-                    seen.pods.insert(name.clone(), p);
+                    // A Job's worker with two pods (re-admitted while its old one
+                    // terminates): the newer one is followed.
+                    let stale = seen
+                        .pods
+                        .get(&name)
+                        .is_some_and(|q| super::kueue::supersedes(q, &p));
+                    if !stale {
+                        seen.deleted.remove(&name);
+                        seen.pods.insert(name.clone(), p);
+                    }
                 }
                 self.tell(run.as_deref(), Change::Pod(name));
             }
@@ -357,8 +370,16 @@ impl Connection {
                 let (name, run) = (name_of(&p), run_of(&p));
                 {
                     let mut seen = self.seen();
-                    seen.pods.remove(&name);
-                    seen.deleted.insert(name.clone(), p);
+                    // A Job's worker may have a newer pod already (a Job resumed): only the
+                    // pod seen for the worker is taken away.
+                    let newer = seen
+                        .pods
+                        .get(&name)
+                        .is_some_and(|q| q.metadata.uid != p.metadata.uid);
+                    if !newer {
+                        seen.pods.remove(&name);
+                        seen.deleted.insert(name.clone(), p);
+                    }
                 }
                 self.tell(run.as_deref(), Change::Pod(name));
             }
@@ -439,11 +460,11 @@ impl Connection {
     }
 
     /// Waits for the rate limiter's leave to make one request.
-    async fn turn(&self) {
+    pub(super) async fn turn(&self) {
         self.limiter.until_ready().await;
     }
 
-    fn pods(&self) -> Api<Pod> {
+    pub(super) fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
@@ -498,6 +519,17 @@ impl Connection {
         }
     }
 
+    /// The real name of worker `worker`'s pod (a Job's pods have generated names), as the
+    /// watch last saw it; `worker` itself when unseen.
+    pub fn pod_name(&self, worker: &str) -> String {
+        let seen = self.seen();
+        seen.pods
+            .get(worker)
+            .or_else(|| seen.deleted.get(worker))
+            .and_then(|p| p.metadata.name.clone())
+            .unwrap_or_else(|| worker.to_owned())
+    }
+
     /// A pod's log as the kubelet keeps it (what its runtime printed: the attempt's lines).
     pub async fn pod_log(&self, name: &str) -> Result<String, Error> {
         self.turn().await;
@@ -532,6 +564,28 @@ impl Connection {
             })
     }
 }
+
+/// The worker a pod is: `JOB-INDEX` for a pod of an Indexed Job (its completion index, from
+/// the annotation the Job controller writes), else the pod's name.
+pub fn worker_of(p: &Pod) -> String {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let job = p.metadata.labels.as_ref().and_then(|l| {
+        l.get("batch.kubernetes.io/job-name")
+            .or_else(|| l.get("job-name"))
+    });
+    let index = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(JOB_INDEX));
+    match (job, index) {
+        (Some(job), Some(index)) => format!("{job}-{index}"),
+        _ => name,
+    }
+}
+
+/// The annotation (and label) of a pod's index in an Indexed Job.
+pub const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 /// What the executor keeps of a node.
 fn node_state(n: &Node, before: Option<(String, Instant)>) -> NodeState {

@@ -123,6 +123,12 @@ pub fn pod(w: &WorkerPod<'_>) -> Result<Pod, serde_json::Error> {
         "containers": [container],
         "tolerations": tolerations(w.taints),
     });
+    if w.node.is_empty() {
+        // Left to the Kubernetes scheduler (a Job's pods, `admission: kueue`).
+        if let Some(o) = spec.as_object_mut() {
+            o.remove("nodeName");
+        }
+    }
     if let Some(sa) = w.service_account {
         spec["serviceAccountName"] = json!(sa);
     }
@@ -145,7 +151,7 @@ pub fn pod(w: &WorkerPod<'_>) -> Result<Pod, serde_json::Error> {
 
 /// The pool's taints as tolerations (`pools[].taints`): pinned pods skip the scheduler, but a
 /// `NoExecute` taint would still evict them.
-fn tolerations(taints: &[Taint]) -> Value {
+pub fn tolerations(taints: &[Taint]) -> Value {
     Value::Array(
         taints
             .iter()

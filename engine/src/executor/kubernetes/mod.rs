@@ -9,10 +9,13 @@
 //! pod's status means for the attempt), `record` (what the runtimes left in the object store).
 //!
 //! An attempt's [`Handle`] is `kubernetes:NAMESPACE/BASE/WORKERS/KEY`: where its pods are
-//! (`BASE-0` ... `BASE-(WORKERS-1)`) and where its workers' records are (`KEY/pods/N/`).
+//! (`BASE-0` ... `BASE-(WORKERS-1)`) and where its workers' records are (`KEY/pods/N/`); with
+//! `admission: kueue` (`kueue`: one suspended Indexed Job `BASE` per attempt, admitted by
+//! Kueue) BASE is written `job:BASE`.
 
 mod assess;
 mod connection;
+pub mod kueue;
 pub mod manifest;
 pub mod names;
 mod record;
@@ -46,6 +49,8 @@ pub struct Where {
     pub workers: u32,
     /// The attempt's object-store key (`run::launch::object_key`).
     pub key: String,
+    /// Whether the attempt is a Job `BASE` (`admission: kueue`) rather than a pod per worker.
+    pub job: bool,
 }
 
 impl Where {
@@ -53,7 +58,11 @@ impl Where {
         let rest = handle.as_str().strip_prefix(PREFIX)?;
         let mut parts = rest.splitn(4, '/');
         let namespace = parts.next()?.to_owned();
-        let base = parts.next()?.to_owned();
+        let base = parts.next()?;
+        let (base, job) = match base.strip_prefix("job:") {
+            Some(b) => (b.to_owned(), true),
+            None => (base.to_owned(), false),
+        };
         let workers = parts.next()?.parse().ok()?;
         let key = parts.next()?.to_owned();
         Some(Where {
@@ -61,16 +70,20 @@ impl Where {
             base,
             workers,
             key,
+            job,
         })
     }
 
     fn handle(&self) -> Handle {
+        let job = if self.job { "job:" } else { "" };
         Handle::new(format!(
-            "{PREFIX}{}/{}/{}/{}",
+            "{PREFIX}{}/{job}{}/{}/{}",
             self.namespace, self.base, self.workers, self.key
         ))
     }
 
+    /// Worker `worker`'s pod: its name, or for a Job's pod the name the watch knows it by
+    /// (`Connection::pod_name` gives its real one).
     pub fn pod(&self, worker: u32) -> String {
         names::pod(&self.base, worker)
     }
@@ -97,6 +110,9 @@ pub async fn stop(handle: &str, _reason: Reason) -> Result<(), Error> {
     if let Ok(mut s) = conn.stopping.lock() {
         s.insert(handle.to_owned());
     }
+    if at.job {
+        return conn.delete_job(&at.base).await;
+    }
     for i in 0..at.workers {
         conn.delete_pod(&at.pod(i), None).await?;
     }
@@ -107,15 +123,33 @@ pub async fn stop(handle: &str, _reason: Reason) -> Result<(), Error> {
 pub async fn live_log(handle: &str) -> Option<Vec<u8>> {
     let at = Where::parse(&Handle::new(handle))?;
     let conn = Connection::at_hand(Some(&at.namespace)).await.ok()?;
-    conn.pod_log(&at.pod(0)).await.ok().map(String::into_bytes)
+    let name = if at.job {
+        pod_of_job(&conn, &at).await?
+    } else {
+        at.pod(0)
+    };
+    conn.pod_log(&name).await.ok().map(String::into_bytes)
+}
+
+/// Worker 0's pod of a Job attempt, for a process without a watch (`sluice logs`): the pod
+/// list of the Job's worker 0 through the API.
+async fn pod_of_job(conn: &Connection, at: &Where) -> Option<String> {
+    let seen = conn.pod_name(&at.pod(0));
+    if seen != at.pod(0) {
+        return Some(seen);
+    }
+    conn.job_pod(&at.base, 0).await
 }
 
 /// An attempt this executor follows.
 struct Watched {
     id: AttemptId,
     at: Where,
-    /// Since when it has been followed (its pods' creation, or the reattach).
+    /// Since when it has been followed (its pods' creation, or the reattach; for a Job, its
+    /// first pod: Kueue's wait is not a start that times out).
     since: Instant,
+    /// A Job attempt: whether a pod of it has been seen (Kueue admitted it).
+    admitted: bool,
     /// The runtimes' records read so far, by worker (read once a worker's pod has ended).
     results: Vec<Option<Option<contract::Result>>>,
     /// Why its workers wait, as last told to the driver.
@@ -133,6 +167,8 @@ pub struct Kube {
     objects: Objects,
     capacity: Capacity,
     rx: mpsc::UnboundedReceiver<Change>,
+    /// `admission: kueue`: attempts are Jobs that Kueue admits.
+    kueue: bool,
     watched: HashMap<String, Watched>,
     by_pod: HashMap<String, String>,
     events: VecDeque<Event>,
@@ -173,6 +209,7 @@ impl Kube {
             objects,
             capacity: Capacity::default(),
             rx,
+            kueue: spec.admission == crate::spec::model::Admission::Kueue,
             watched: HashMap::new(),
             by_pod: HashMap::new(),
             events: VecDeque::new(),
@@ -289,6 +326,7 @@ impl Kube {
                 id: id.clone(),
                 results: vec![None; at.workers as usize],
                 shown: None,
+                admitted: !at.job,
                 at,
                 since: Instant::now(),
             },
@@ -328,6 +366,9 @@ impl Executor for Kube {
     ) -> Result<(), Error> {
         let at = Where::parse(handle)
             .ok_or_else(|| Error::Unavailable(format!("not a Kubernetes attempt: {handle}")))?;
+        if at.job {
+            return self.launch_job(id, &at, launch, placement).await;
+        }
         let nodes = if placement.nodes.len() == at.workers as usize {
             self.node_names(&placement.nodes).await?
         } else {
@@ -364,13 +405,8 @@ impl Executor for Kube {
                     at.workers,
                 ));
             }
-            if worker > 0 {
-                // Rank 0 keeps the outputs and syncs the checkpoint; the others restore it.
-                mine.outputs.clear();
-                if let Some(c) = mine.checkpoint.as_mut() {
-                    c.restore_only = true;
-                }
-            }
+            // Rank 0 keeps the outputs and syncs the checkpoint; the others restore it.
+            mine.for_rank(worker);
             let key = at.record(worker);
             let (node, pool) = nodes
                 .get(worker as usize)
@@ -418,6 +454,12 @@ impl Executor for Kube {
             let seen = self.conn.seen();
             (0..at.workers).any(|i| seen.pods.contains_key(&at.pod(i)))
         };
+        if !any_pod && at.job {
+            return Ok(match self.reattach_job(id, at).await? {
+                Some(probe) => probe,
+                None => Probe::Running,
+            });
+        }
         if !any_pod {
             // Ended and cleaned up while no engine watched, or never created (the engine died
             // between its commit and the create): the records tell.
@@ -489,7 +531,11 @@ impl Executor for Kube {
             s.insert(handle.as_str().to_owned());
         }
         // Deleted with the grace period: the kubelet sends SIGTERM, the runtime stops the
-        // program, syncs its last checkpoint and records its end.
+        // program, syncs its last checkpoint and records its end. A Job's pods have it as
+        // their own, which its deletion in the background gives them.
+        if at.job {
+            return self.conn.delete_job(&at.base).await;
+        }
         for i in 0..at.workers {
             self.conn
                 .delete_pod(&at.pod(i), Some(self.grace_seconds()))
@@ -509,7 +555,7 @@ impl Executor for Kube {
         let Some(at) = Where::parse(handle) else {
             return Ok(Vec::new());
         };
-        let text = match self.conn.pod_log(&at.pod(0)).await {
+        let text = match self.conn.pod_log(&self.conn.pod_name(&at.pod(0))).await {
             Ok(t) => t.into_bytes(),
             Err(_) => record::log(&self.objects, &at).await,
         };
@@ -589,6 +635,7 @@ impl Kube {
             base: names::base(id),
             workers,
             key: crate::run::launch::object_key(&self.team, &id.run, &id.step, id.number),
+            job: self.kueue,
         }
     }
 
@@ -613,14 +660,19 @@ impl Kube {
         let conn = Arc::clone(&self.conn);
         let at = at.clone();
         async move {
-            for i in 0..at.workers {
-                let running = matches!(
-                    conn.seen().pods.get(&at.pod(i)).map(status::of),
-                    Some(status::Worker::Running)
-                );
-                let _ = conn
-                    .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
-                    .await;
+            if at.job {
+                // The Job's pods go with it, each with its own grace period.
+                let _ = conn.delete_job(&at.base).await;
+            } else {
+                for i in 0..at.workers {
+                    let running = matches!(
+                        conn.seen().pods.get(&at.pod(i)).map(status::of),
+                        Some(status::Worker::Running)
+                    );
+                    let _ = conn
+                        .delete_pod(&at.pod(i), Some(if running { grace } else { 0 }))
+                        .await;
+                }
             }
             if at.workers > 1 {
                 let _ = conn.delete_service(&at.base).await;

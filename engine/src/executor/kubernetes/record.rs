@@ -141,6 +141,7 @@ mod tests {
             base: "b".into(),
             workers: 2,
             key: "teams/t/runs/r/s/1".into(),
+            job: false,
         };
         let put = |w: u32, text: &'static str| {
             let objects = objects.clone();

@@ -1,5 +1,6 @@
 //! Cluster mode: starting steps the process's scheduler admits onto the Cluster's nodes, and
-//! asking the victims it chose for them to stop.
+//! asking the victims it chose for them to stop; or, with `admission: kueue`, starting them
+//! unplaced for Kueue to admit.
 
 use std::collections::HashMap;
 
@@ -12,6 +13,84 @@ use crate::store::{self, Event, Placed};
 const MAX_WAITING: usize = 256;
 
 impl<E: Executor> Driver<E> {
+    /// `admission: kueue`: Kueue admits the steps (each attempt a suspended Job), so the
+    /// scheduler is not asked; ready steps start while the pipeline's parallelism allows, with
+    /// no nodes, a trial only when its team's `maxTrialsPerMinute` allows (the rate shared by
+    /// every engine on the home, as in cluster mode).
+    pub(super) async fn start_for_kueue(
+        &mut self,
+        scheduler: &Scheduler,
+        watcher: &mut dyn Watcher,
+    ) -> Result<(), Error> {
+        let scheduling = scheduler.scheduling();
+        let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
+        let now = self.clock.now_ms();
+        let ready: Vec<usize> = self
+            .queued
+            .iter()
+            .copied()
+            .filter(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
+            .collect();
+        for idx in ready {
+            if self.cancel_unstarted(idx, watcher).await? {
+                continue;
+            }
+            let name = self.rows[idx].name.clone();
+            if self.live.len() >= limit {
+                let reason = format!("waiting: the pipeline's parallelism ({limit}) is reached");
+                self.show_wait(&name, reason, watcher);
+                continue;
+            }
+            let team = self.run.team.clone();
+            let rate = self
+                .trial_steps
+                .contains_key(&self.rows[idx].step)
+                .then(|| scheduling.trial_interval_ms(&team))
+                .flatten();
+            if rate.is_some()
+                && let Some(until) = self.rate_wake
+                && until > self.clock.now_ms()
+            {
+                self.show_wait(&name, scheduling.rate_reason(&team), watcher);
+                continue;
+            }
+            let Some(ready) = self.prepare_start(idx, watcher).await? else {
+                continue;
+            };
+            let mut pending = std::mem::take(&mut self.pending);
+            let before = pending.change();
+            let placed = self
+                .store
+                .start_placed(
+                    &self.run.id,
+                    &ready.row,
+                    &ready.attempt,
+                    before,
+                    rate.map(|interval_ms| store::Rate {
+                        team: team.as_str(),
+                        interval_ms,
+                        now: self.clock.now_ms(),
+                    }),
+                    // Nothing of sluice's nodes is held: Kueue's quota is Kueue's.
+                    |_| Some(String::new()),
+                )
+                .await?;
+            match placed {
+                Placed::Started(_) => {
+                    self.launch_started(idx, *ready, Vec::new(), watcher)
+                        .await?
+                }
+                Placed::NoRoom => self.executor.discard(&ready.handle).await,
+                Placed::RateLimited { until } => {
+                    self.executor.discard(&ready.handle).await;
+                    self.rate_wake = Some(until);
+                    self.show_wait(&name, scheduling.rate_reason(&team), watcher);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Cluster mode: this run's waiting steps handed to the process's scheduler, whose cycle
     /// over every run's waiting and running steps decides for them; starts this run's
     /// admitted steps on their nodes, asks the victims chosen for them to stop, and gives the

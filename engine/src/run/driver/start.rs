@@ -32,6 +32,9 @@ impl<E: Executor> Driver<E> {
     /// Starts queued steps while parallelism and the machine's pool allow.
     pub(super) async fn start_queued(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
         if let Some(scheduler) = self.scheduler.clone() {
+            if scheduler.scheduling().admitted_by_kueue() {
+                return self.start_for_kueue(&scheduler, watcher).await;
+            }
             return self.start_scheduled(&scheduler, watcher).await;
         }
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
@@ -238,6 +241,7 @@ impl<E: Executor> Driver<E> {
                 gpu: step.resources.gpu,
                 millicpu: step.resources.millicpu,
                 memory: step.resources.memory.unwrap_or(0),
+                flavor: step.resources.flavor.clone(),
             }
         };
         let launched = self

@@ -125,6 +125,7 @@ async fn dispatch(State(app): State<Shared>, req: Request) -> Response {
         (&Method::GET, Some(_)) => "get",
         (&Method::POST, None) => "create",
         (&Method::DELETE, Some(_)) => "delete",
+        (&Method::PATCH, Some(_)) if !t.log => "patch",
         _ => {
             return fail(&ApiError::new(
                 405,
@@ -134,6 +135,12 @@ async fn dispatch(State(app): State<Shared>, req: Request) -> Response {
         }
     };
     let resource = if t.log { "pods/log" } else { t.kind.plural };
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     {
         let mut store = app.lock();
         *store.calls.entry(format!("{verb} {resource}")).or_default() += 1;
@@ -159,7 +166,89 @@ async fn dispatch(State(app): State<Shared>, req: Request) -> Response {
             },
             Err(e) => fail(&ApiError::bad_request(format!("the body is not JSON: {e}"))),
         },
+        "patch" => patch(&app, t.kind, &ns, &name, &content_type, &body),
         _ => delete(&app, t.kind, &ns, &name, &q, &body),
+    }
+}
+
+/// PATCH with a JSON merge patch (RFC 7386) or a strategic merge patch, which the fake applies
+/// as a merge patch: right for maps and scalars (`spec.suspend`, labels, annotations), not
+/// for lists merged by key (a list in the patch replaces the whole list). JSON patch and
+/// server-side apply are refused (415).
+fn patch(
+    app: &Shared,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    content_type: &str,
+    body: &[u8],
+) -> Response {
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    if !matches!(
+        media,
+        "application/merge-patch+json" | "application/strategic-merge-patch+json"
+    ) {
+        return fail(&ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the fake applies merge and strategic merge patches, not {media:?}"),
+        ));
+    }
+    let change: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return fail(&ApiError::bad_request(format!(
+                "the patch is not JSON: {e}"
+            )));
+        }
+    };
+    if !change.is_object() {
+        return fail(&ApiError::bad_request("the patch is not a JSON object"));
+    }
+    match app.lock().update(kind.plural, ns, name, None, |obj| {
+        let kept = [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+        ]
+        .map(|k| (k, obj["metadata"][k].clone()));
+        merge(obj, &change);
+        for (k, v) in kept {
+            match v {
+                Value::Null => {}
+                v => obj["metadata"][k] = v,
+            }
+        }
+    }) {
+        Some(obj) => reply(200, &obj),
+        None => fail(&ApiError::not_found(kind.plural, name)),
+    }
+}
+
+/// RFC 7386: objects merged key by key, `null` removes, anything else replaces. The server's
+/// own metadata (name, namespace, uid, resourceVersion) is kept.
+pub fn merge(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (k, v) in fields {
+        if k.starts_with('$') {
+            continue;
+        }
+        let Some(obj) = target.as_object_mut() else {
+            return;
+        };
+        if v.is_null() {
+            obj.remove(k);
+        } else {
+            merge(obj.entry(k.clone()).or_insert(Value::Null), v);
+        }
     }
 }
 
@@ -181,7 +270,8 @@ fn list(app: &Shared, kind: Kind, ns: Option<&str>, q: &HashMap<String, String>)
     )
 }
 
-/// Creates an object; a pod is handed to the kubelet, a job to the job controller.
+/// Creates an object; a pod is handed to the kubelet (the Job controller sees a Job's
+/// creation on the store's changes).
 pub fn create(app: &Shared, kind: Kind, ns: &str, mut obj: Value) -> Result<Value, ApiError> {
     match kind.plural {
         "secrets" => crate::container::secret_string_data(&mut obj),
@@ -194,28 +284,24 @@ pub fn create(app: &Shared, kind: Kind, ns: &str, mut obj: Value) -> Result<Valu
         _ => {}
     }
     let made = app.lock().create(kind, ns, obj)?;
-    match kind.plural {
-        "pods" => {
-            let name = field(&made, "metadata.name");
-            let mut store = app.lock();
-            let record = store
-                .pods
-                .entry((ns.to_owned(), name))
-                .or_insert(PodRecord {
-                    node: String::new(),
-                    created: 0,
-                    deleted: false,
-                    phase: String::new(),
-                });
-            record.created += 1;
-            record.deleted = false;
-            record.node = field(&made, "spec.nodeName");
-            record.phase = "Pending".into();
-            drop(store);
-            crate::kubelet::start(app.clone(), made.clone());
-        }
-        "jobs" => crate::jobs::created(app, &made),
-        _ => {}
+    if kind.plural == "pods" {
+        let name = field(&made, "metadata.name");
+        let mut store = app.lock();
+        let record = store
+            .pods
+            .entry((ns.to_owned(), name))
+            .or_insert(PodRecord {
+                node: String::new(),
+                created: 0,
+                deleted: false,
+                phase: String::new(),
+            });
+        record.created += 1;
+        record.deleted = false;
+        record.node = field(&made, "spec.nodeName");
+        record.phase = "Pending".into();
+        drop(store);
+        crate::kubelet::start(app.clone(), made.clone());
     }
     Ok(made)
 }

@@ -160,7 +160,15 @@ pub fn prepare(app: &Shared, pod: &Value, c: &Value, pod_dir: &Path) -> Result<P
         } else if let Some(path) = e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
             Some(match path {
                 "status.podIP" | "status.hostIP" => "127.0.0.1".to_owned(),
-                p => crate::store::field(pod, p),
+                p => match bracketed(p) {
+                    // `metadata.annotations['KEY']`, as the Job controller's
+                    // JOB_COMPLETION_INDEX is written.
+                    Some((map, key)) => pod["metadata"][map][key]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    None => crate::store::field(pod, p),
+                },
             })
         } else if let Some(key) = e["valueFrom"]["secretKeyRef"]["key"].as_str() {
             let r = &e["valueFrom"]["secretKeyRef"];
@@ -320,6 +328,14 @@ async fn copy_lines(from: impl AsyncRead + Unpin, to: Arc<tokio::sync::Mutex<tok
         }
         let _ = f.flush().await;
     }
+}
+
+/// `metadata.labels['KEY']` or `metadata.annotations['KEY']` as (`labels`, `KEY`).
+fn bracketed(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("metadata.")?;
+    let (map, key) = rest.split_once("['")?;
+    let key = key.strip_suffix("']")?;
+    matches!(map, "labels" | "annotations").then_some((map, key))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Test controls under `/fake/...` (not counted as API calls): the failures a real cluster
 //! has on its own (eviction, OOM, an image that cannot be pulled, a lost node, a pod that
-//! cannot be scheduled), and what the fake saw (calls, every pod ever created).
+//! cannot be scheduled), Kueue preempting a Job, and what the fake saw (calls, every pod ever
+//! created, what its Kueue admitted).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -32,6 +33,9 @@ pub fn router() -> Router<Shared> {
         .route("/fake/nodes/{name}/cordon", post(cordon))
         .route("/fake/calls", get(calls))
         .route("/fake/calls/reset", post(reset_calls))
+        .route("/fake/jobs", get(jobs))
+        .route("/fake/kueue", get(kueue_report))
+        .route("/fake/kueue/evict/{ns}/{name}", post(kueue_evict))
 }
 
 fn pod(app: &Shared, ns: &str, name: &str) -> Result<Value, Box<Response>> {
@@ -201,6 +205,41 @@ async fn calls(State(app): State<Shared>) -> Response {
 async fn reset_calls(State(app): State<Shared>) -> Response {
     app.lock().calls.clear();
     ok("reset")
+}
+
+/// Every Job there is now, as the API has it: for tests to read without an API call that
+/// would count as one of the client's.
+async fn jobs(State(app): State<Shared>) -> Response {
+    reply(200, &Value::Array(app.lock().list("jobs", None)))
+}
+
+/// The fake Kueue's ClusterQueue: `{gpus, used, admitted: [{namespace, name, gpus}],
+/// waiting: [...]}`; 404 when it is off.
+async fn kueue_report(State(app): State<Shared>) -> Response {
+    match crate::kueue::report(&app) {
+        Some(r) => reply(200, &r),
+        None => fail(&ApiError::new(
+            404,
+            "NotFound",
+            "no fake Kueue: start with --kueue-gpus N",
+        )),
+    }
+}
+
+/// Kueue preempts an admitted Job: suspended again, its pods deleted, its quota freed.
+async fn kueue_evict(
+    State(app): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    if crate::kueue::evict(&app, &ns, &name) {
+        ok("evicted")
+    } else {
+        fail(&ApiError::new(
+            409,
+            "Conflict",
+            format!("job {ns}/{name} is not admitted by the fake Kueue"),
+        ))
+    }
 }
 
 /// Every pod ever created, deleted ones included, with how many times its name was created.

@@ -9,8 +9,13 @@
 //! signalled on delete, and can be evicted, OOM-killed or lost with their node on demand
 //! through test-only controls under `/fake/...`.
 //!
+//! With `--kueue-gpus N`, a fake Kueue admits suspended Jobs labelled
+//! `kueue.x-k8s.io/queue-name` into N GPUs of quota (`kueue.rs`); the fake Job controller
+//! (`jobs.rs`) runs suspension, Indexed Jobs and a minimal status.
+//!
 //! What it is NOT: there is no scheduler (a pod must name its node in `spec.nodeName`, or it
-//! stays Pending as Unschedulable), no admission, no validation beyond what it needs, no
+//! stays Pending as Unschedulable; a Job's pods are bound by the Job controller), no
+//! admission webhooks, no validation beyond what it needs, no
 //! authentication (any token is accepted), no real images (an image is a host folder given
 //! with `--image NAME=ROOT`, or nothing: the host's programs run), no mount namespaces (an
 //! `emptyDir` volume is a host folder, and each mount path is replaced, as a SUBSTRING, by
@@ -20,7 +25,7 @@
 //! (every pod is `restartPolicy: Never`), only the first container of a pod runs.
 //!
 //! Usage: `fake-kube --listen 127.0.0.1:0 --work DIR [--node SPEC]... [--image NAME=ROOT]...
-//! [--history N] [--bookmark-ms MS]`. The first line on stdout is `listening on
+//! [--history N] [--bookmark-ms MS] [--kueue-gpus N]`. The first line on stdout is `listening on
 //! http://ADDR`; logs go to stderr. See `tests/src/kube.rs` for the routes a test uses.
 
 mod api;
@@ -28,6 +33,7 @@ mod container;
 mod controls;
 mod jobs;
 mod kubelet;
+mod kueue;
 mod logs;
 mod procs;
 mod select;
@@ -68,6 +74,7 @@ struct Args {
     images: Vec<(String, PathBuf)>,
     history: usize,
     bookmark_ms: u64,
+    kueue_gpus: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
         images: vec![],
         history: 1000,
         bookmark_ms: 2000,
+        kueue_gpus: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -94,6 +102,9 @@ fn parse_args() -> Result<Args, String> {
             "--history" => args.history = value()?.parse().map_err(|_| "--history: a number")?,
             "--bookmark-ms" => {
                 args.bookmark_ms = value()?.parse().map_err(|_| "--bookmark-ms: a number")?
+            }
+            "--kueue-gpus" => {
+                args.kueue_gpus = Some(value()?.parse().map_err(|_| "--kueue-gpus: a number")?)
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -160,6 +171,10 @@ async fn main() {
         images: args.images.clone(),
         bookmark: Duration::from_millis(args.bookmark_ms.max(10)),
     });
+    if let Some(gpus) = args.kueue_gpus {
+        app.lock().kueue = Some(kueue::Kueue::new(gpus));
+    }
+    jobs::start(app.clone());
     for spec in &args.nodes {
         let made = node_from_spec(spec).map_err(store::ApiError::bad_request);
         if let Err(e) = made.and_then(|n| app.lock().create(KINDS[0], "", n)) {

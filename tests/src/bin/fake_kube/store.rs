@@ -132,6 +132,10 @@ pub struct Store {
     pub calls: BTreeMap<String, u64>,
     pub pods: BTreeMap<(String, String), PodRecord>,
     pub bad_images: std::collections::BTreeSet<String>,
+    /// The Job controller's memory, by Job uid.
+    pub jobs: BTreeMap<String, crate::jobs::Memo>,
+    /// The fake Kueue, when `--kueue-gpus` turned it on.
+    pub kueue: Option<crate::kueue::Kueue>,
 }
 
 pub fn now() -> String {
@@ -152,6 +156,8 @@ impl Store {
             calls: BTreeMap::new(),
             pods: BTreeMap::new(),
             bad_images: Default::default(),
+            jobs: BTreeMap::new(),
+            kueue: None,
         }
     }
 
