@@ -49,17 +49,32 @@ def pipeline(steps, parallelism):
             "      resources: {cpu: 100m}\n      run: \"true\"\n" % (parallelism, items))
 
 
-def cluster(executor, objects, steps):
+def cluster(executor, objects, steps, read_nodes):
+    """The Cluster file; `read_nodes`: the pool's nodes and their resources read from the
+    cluster (no `nodes:`), so every scheduling cycle reads the node watch."""
     k8s = ("  kubernetes:\n    namespace: default\n    runtimeImage: bench/runtime:1\n"
            if executor == "kubernetes" else "")
+    shape = ("" if read_nodes else
+             "      nodes: 1\n      resources: {cpu: %d, memory: 1000Gi}\n" % steps)
     return ("apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: bench}\nspec:\n"
-            "  executor: %s\n%s  objects: %s\n  pools:\n    - name: cpu\n      nodes: 1\n"
-            "      resources: {cpu: %d, memory: 1000Gi}\n      labels: {pool: cpu}\n"
-            "  teams:\n    - {name: bench}\n" % (executor, k8s, objects, steps))
+            "  executor: %s\n%s  objects: %s\n  pools:\n    - name: cpu\n%s"
+            "      labels: {pool: cpu}\n"
+            "  teams:\n    - {name: bench}\n" % (executor, k8s, objects, shape))
 
 
-def one(work, executor, steps, parallelism):
+MODES = {
+    # mode: (executor, nodes read from the cluster)
+    "local": ("local", False),
+    "kubernetes": ("kubernetes", False),
+    "kubernetes, nodes read": ("kubernetes", True),
+}
+
+
+def one(work, mode, steps, parallelism):
     """One run of the pipeline through a fresh server: (wall s, server CPU s, calls)."""
+    executor, read_nodes = MODES[mode]
+    work = os.path.join(work, str(list(MODES).index(mode)))
+    os.makedirs(work)
     home = os.path.join(work, executor, "home")
     os.makedirs(home)
     env = dict(os.environ, SLUICE_HOME=home)
@@ -92,7 +107,7 @@ def one(work, executor, steps, parallelism):
     objects = "file://" + os.path.join(work, executor, "objects")
     cluster_file = os.path.join(work, executor, "cluster.yaml")
     with open(cluster_file, "w") as f:
-        f.write(cluster(executor, objects, steps))
+        f.write(cluster(executor, objects, steps, read_nodes))
     token = subprocess.run([sluice, "token", "create", "--team", "bench", "--role", "member"],
                            env=env, capture_output=True, text=True, check=True).stdout.strip()
     port = free_port()
@@ -155,10 +170,10 @@ def main():
     work = tempfile.mkdtemp(prefix="sluice-kube-bench-")
     try:
         rows = []
-        for executor in ["local", "kubernetes"]:
-            log("%d steps, executor: %s" % (a.steps, executor))
-            wall, used, calls = one(work, executor, a.steps, a.parallelism)
-            rows.append((executor, wall, used, calls))
+        for mode in MODES:
+            log("%d steps, executor: %s" % (a.steps, mode))
+            wall, used, calls = one(work, mode, a.steps, a.parallelism)
+            rows.append((mode, wall, used, calls))
         print("| executor | steps | wall s | server CPU s | engine ms/step | API calls/step |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for executor, wall, used, calls in rows:
