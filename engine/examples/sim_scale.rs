@@ -1,11 +1,12 @@
 //! A large replay, for `bench/simulate_scale.sh`.
 //!
-//! `sim_scale [JOBS] [LOAD] [POLICY]` (defaults 1,000,000, 0.85, fair): 1,250 nodes x 8 GPUs
-//! (10,000 GPUs), 1,000 teams with a 10-GPU quota each, and JOBS jobs from the seeded
-//! generator: Poisson arrivals at the rate that offers LOAD x the cluster's GPUs, 1-8 workers
-//! of 1-8 GPUs, log-normal durations (median 30 min). Prints one line of `key=value`: jobs,
-//! events, cycles, wall seconds (generation and replay apart), peak RSS (VmHWM) and the
-//! replay's utilization.
+//! `sim_scale [JOBS] [LOAD] [POLICY] [MAX_WORKERS] [STARVATION_S]` (defaults 1,000,000, 0.85,
+//! fair, 8, none): 1,250 nodes x 8 GPUs (10,000 GPUs), 1,000 teams with a 10-GPU quota each,
+//! and JOBS jobs from the seeded generator: Poisson arrivals at the rate that offers LOAD x
+//! the cluster's GPUs, 1-8 workers (1-16 with MAX_WORKERS 16: issue 18's workload) of 1-8
+//! GPUs, log-normal durations (median 30 min); STARVATION_S sets `starvationLimit`. Prints one
+//! line of `key=value`: jobs, events, cycles, wall seconds (generation and replay apart), peak
+//! RSS (VmHWM) and the replay's utilization.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -55,7 +56,13 @@ fn main() {
             })
             .collect(),
     };
-    let workers = vec![(1, 0.70), (2, 0.15), (4, 0.10), (8, 0.05)];
+    let max_workers: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(8);
+    let starvation: Option<u64> = args.next().and_then(|a| a.parse().ok());
+    let workers = if max_workers >= 16 {
+        vec![(1, 0.70), (2, 0.15), (4, 0.08), (8, 0.05), (16, 0.02)]
+    } else {
+        vec![(1, 0.70), (2, 0.15), (4, 0.10), (8, 0.05)]
+    };
     let gpu = vec![(1, 0.50), (2, 0.20), (4, 0.15), (8, 0.15)];
     let mean = |v: &[(u64, f64)]| v.iter().map(|(x, w)| *x as f64 * w).sum::<f64>();
     let (median, sigma) = (1800.0, 1.0);
@@ -81,6 +88,7 @@ fn main() {
     let generated = t0.elapsed().as_secs_f64();
     let settings = Settings {
         policy,
+        starvation_limit: starvation,
         ..Default::default()
     };
     let t1 = Instant::now();

@@ -282,27 +282,39 @@ spec:
             end = note("vision-end", ""),
         ),
     );
-    let mut nlp = sb.spawn(&["run", "nlp.yaml", "--cluster", "cluster.yaml"]);
-    wait_for("both nlp steps to count past 25", || {
-        count(&sb, "a") >= 25 && count(&sb, "b") >= 25
+    let log = one_of_two_preempted_for(&sb, "nlp", "vision");
+    let vision_end = times(&log, "vision-end")[0];
+    assert!(times(&log, "vision-start")[0] < vision_end);
+}
+
+/// Runs pipeline `filler` (two checkpointing counter steps `a` and `b` of 50 counts, filling
+/// the cluster), and once both count past 25, pipeline `urgent` (which must finish while
+/// `filler` still runs); then checks that exactly one of `a` and `b` was preempted, once, and
+/// that both finished from their checkpoints. The programs' log.
+fn one_of_two_preempted_for(
+    sb: &Sandbox,
+    filler: &str,
+    urgent: &str,
+) -> Vec<(String, f64, String)> {
+    let (filler_file, urgent_file) = (format!("{filler}.yaml"), format!("{urgent}.yaml"));
+    let mut filling = sb.spawn(&["run", &filler_file, "--cluster", "cluster.yaml"]);
+    wait_for("both filler steps to count past 25", || {
+        count(sb, "a") >= 25 && count(sb, "b") >= 25
     });
-    let vision = sb.run(&["run", "vision.yaml", "--cluster", "cluster.yaml"]);
-    assert_eq!(vision.code, Some(0), "{}", vision.stderr);
-    let vision_end = times(&log(&sb), "vision-end")[0];
-    // vision got its quota while nlp still had work: nlp had not finished either step.
+    let ran = sb.run(&["run", &urgent_file, "--cluster", "cluster.yaml"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // The urgent run got its room while the filler still had work.
     assert!(
-        count(&sb, "a") < 50 || count(&sb, "b") < 50,
-        "vision only ran once nlp was done: {:?}",
-        log(&sb)
+        count(sb, "a") < 50 || count(sb, "b") < 50,
+        "{urgent} only ran once {filler} was done: {:?}",
+        log(sb)
     );
-    assert!(wait::status(&mut nlp, "sluice run nlp.yaml").success());
-    let log = log(&sb);
+    assert!(wait::status(&mut filling, &format!("sluice run {filler_file}")).success());
+    let log = log(sb);
     let restarts: BTreeMap<&str, usize> = ["a", "b"]
         .iter()
         .map(|s| (*s, times(&log, &format!("{s}-start")).len()))
         .collect();
-    // Exactly one of nlp's steps (the borrowed one) was preempted, once; both then finished
-    // from their checkpoints.
     assert_eq!(
         restarts.values().filter(|&&n| n == 2).count(),
         1,
@@ -310,7 +322,15 @@ spec:
     );
     assert_eq!(restarts.values().sum::<usize>(), 3, "{log:?}");
     assert_eq!(times(&log, "a-end").len() + times(&log, "b-end").len(), 2);
-    assert!(times(&log, "vision-start")[0] < vision_end);
+    // The second start began from a checkpoint, past 0.
+    let resumed = log
+        .iter()
+        .filter(|(w, _, _)| w == "a-start" || w == "b-start")
+        .filter_map(|(_, _, rest)| rest.split_whitespace().next()?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(resumed > 0, "resumed from a checkpoint: {log:?}");
+    log
 }
 
 /// The rate's arithmetic (one start per interval, shared by every engine, no burst after an
@@ -490,36 +510,6 @@ spec:
             end = note("nlp-end", ""),
         ),
     );
-    let mut vision = sb.spawn(&["run", "vision.yaml", "--cluster", "cluster.yaml"]);
-    wait_for("both vision steps to count past 25", || {
-        count(&sb, "a") >= 25 && count(&sb, "b") >= 25
-    });
-    let nlp = sb.run(&["run", "nlp.yaml", "--cluster", "cluster.yaml"]);
-    assert_eq!(nlp.code, Some(0), "{}", nlp.stderr);
-    // nlp ran while vision still had both steps to finish.
-    assert!(
-        count(&sb, "a") < 50 || count(&sb, "b") < 50,
-        "nlp only ran once vision was done: {:?}",
-        log(&sb)
-    );
-    assert!(wait::status(&mut vision, "sluice run vision.yaml").success());
-    let log = log(&sb);
-    let restarts: BTreeMap<&str, usize> = ["a", "b"]
-        .iter()
-        .map(|s| (*s, times(&log, &format!("{s}-start")).len()))
-        .collect();
-    // Exactly one best-effort step was preempted, once, and resumed from its checkpoint: its
-    // second start began past 0.
-    assert_eq!(
-        restarts.values().filter(|&&n| n == 2).count(),
-        1,
-        "{restarts:?}: {log:?}"
-    );
-    let resumed = log
-        .iter()
-        .filter(|(w, _, _)| w == "a-start" || w == "b-start")
-        .filter_map(|(_, _, rest)| rest.split_whitespace().next()?.parse::<u32>().ok())
-        .max()
-        .unwrap_or(0);
-    assert!(resumed > 0, "resumed from a checkpoint: {log:?}");
+    let log = one_of_two_preempted_for(&sb, "vision", "nlp");
+    assert_eq!(times(&log, "nlp-end").len(), 1, "{log:?}");
 }

@@ -661,6 +661,19 @@ fn lower_priority<'a>(
         })
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
+    fewest(cluster, free, closed, candidates, job, settings)
+}
+
+/// The first of `candidates` (in order) whose stopping lets `job` fit, pruned to those it
+/// needs; none when it fits already; None when even all of them would not do.
+fn fewest<'a>(
+    cluster: &Cluster,
+    free: &[Res],
+    closed: &BTreeSet<usize>,
+    candidates: Vec<&'a Running>,
+    job: &Job,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
     if placement::place(cluster, free, job, settings.placement).is_some() {
         return Some(Vec::new());
     }
@@ -694,19 +707,7 @@ fn across_teams<'a>(
         })
         .collect();
     candidates.sort_by_key(|r| victim_order(r));
-    if placement::place(cluster, free, job, settings.placement).is_some() {
-        return Some(Vec::new());
-    }
-    let mut free = free.to_vec();
-    let mut chosen = Vec::new();
-    for r in candidates {
-        release(&mut free, r, closed);
-        chosen.push(r);
-        if placement::place(cluster, &free, job, settings.placement).is_some() {
-            return Some(prune(cluster, free, chosen, closed, job, settings));
-        }
-    }
-    None
+    fewest(cluster, free, closed, candidates, job, settings)
 }
 
 /// Adds what `r` holds to `free`, except on `closed` (reserved) nodes, which stay full.

@@ -189,17 +189,30 @@ pub(super) fn lower_priority<'a>(
                 && preemptible(r, settings)
         })
         .collect();
+    fewest(st, candidates, job, shape, closed, settings)
+}
+
+/// The first of `candidates` (in the victim order) whose stopping lets `job` fit once the
+/// victims chosen before have stopped, pruned to those it needs; no victims when it fits
+/// already (or once they stop); None when even all of them would not do.
+fn fewest<'a>(
+    st: &mut State,
+    candidates: Vec<&'a Running>,
+    job: &Job,
+    shape: Shape,
+    closed: bool,
+    settings: &Settings,
+) -> Option<Vec<&'a Running>> {
     if candidates.is_empty() {
         return st.fits_soon(job, shape, closed, settings).then(Vec::new);
     }
     let closed_set = st.closed(closed);
-    let free = st.soon(closed);
+    let mut free = st.soon(closed);
     let allowed = &st.allowed[shape.2].2;
     let place = |free: &[Res]| placement::place_on(allowed, free, job, settings.placement);
     if place(&free).is_some() {
         return Some(Vec::new());
     }
-    let mut free = free;
     let mut chosen = Vec::new();
     for r in candidates {
         release(&mut free, r, &closed_set);
@@ -236,28 +249,9 @@ pub(super) fn across_teams<'a>(
             }
         }
     }
-    if candidates.is_empty() {
-        return st.fits_soon(job, shape, closed, settings).then(Vec::new);
-    }
     candidates.sort_by_key(|&i| (victim_order(&running[i]), i));
-    let closed_set = st.closed(closed);
-    let free = st.soon(closed);
-    let allowed = &st.allowed[shape.2].2;
-    let place = |free: &[Res]| placement::place_on(allowed, free, job, settings.placement);
-    if place(&free).is_some() {
-        return Some(Vec::new());
-    }
-    let mut free = free;
-    let mut chosen = Vec::new();
-    for i in candidates {
-        let r = &running[i];
-        release(&mut free, r, &closed_set);
-        chosen.push(r);
-        if place(&free).is_some() {
-            return Some(prune(allowed, free, chosen, &closed_set, job, settings));
-        }
-    }
-    None
+    let candidates = candidates.into_iter().map(|i| &running[i]).collect();
+    fewest(st, candidates, job, shape, closed, settings)
 }
 
 /// Adds what `r` holds to `free`, except on `closed` (reserved) nodes, which stay full.
