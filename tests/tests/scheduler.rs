@@ -513,3 +513,100 @@ spec:
     let log = one_of_two_preempted_for(&sb, "vision", "nlp");
     assert_eq!(times(&log, "nlp-end").len(), 1, "{log:?}");
 }
+
+/// `quotaPools`: vision's quota holds in the on-demand pool only, so its best-effort work
+/// filling the spot pool does not count against it, and its production step takes back the
+/// on-demand GPUs nlp borrowed (without quotaPools, the spot work would fill vision's quota
+/// and its production step would wait for nlp to finish: checked by hand, it does).
+#[test]
+fn a_quota_held_in_its_pools_is_taken_back_whatever_the_team_borrows_elsewhere() {
+    let sb = Sandbox::new("sched-quota-pools");
+    sb.write(
+        "cluster.yaml",
+        r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: ondemand
+      nodes: 2
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+    - name: spot
+      nodes: 1
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+      interruptible: true
+  teams:
+    - {name: vision, quota: {gpu: 4}, quotaPools: [ondemand]}
+    - {name: nlp}
+  preemption:
+    gracePeriod: 2s
+"#,
+    );
+    sb.write("counter.py", COUNTER);
+    // vision's best-effort sweep fills the spot node (4 GPUs, as much as its quota).
+    sb.write(
+        "sweep.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: sweep, team: vision}}
+spec:
+  steps:
+    - name: trial
+      priority: best-effort
+      interruptible: true
+      resources: {{gpu: 4, flavor: spot}}
+      run: {start}; while [ ! -e release ]; do sleep 0.1; done
+"#,
+            start = note("sweep-start", ""),
+        ),
+    );
+    // nlp (no quota) fills both on-demand nodes: all of it borrowed.
+    sb.write(
+        "nlp.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: nlp, team: nlp}}
+spec:
+  steps:
+    - name: a
+      resources: {{gpu: 4}}
+      checkpoint: {{every: 100ms}}
+      run: {a}
+    - name: b
+      resources: {{gpu: 4}}
+      checkpoint: {{every: 100ms}}
+      run: {b}
+"#,
+            a = counter("a", 50),
+            b = counter("b", 50),
+        ),
+    );
+    sb.write(
+        "vision.yaml",
+        &format!(
+            r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {{name: vision, team: vision}}
+spec:
+  steps:
+    - name: train
+      resources: {{gpu: 4}}
+      run: {start}; sleep 1; {end}
+"#,
+            start = note("vision-start", ""),
+            end = note("vision-end", ""),
+        ),
+    );
+    let mut sweep = sb.spawn(&["run", "sweep.yaml", "--cluster", "cluster.yaml"]);
+    wait_for("the sweep's trial to run", || {
+        !times(&log(&sb), "sweep-start").is_empty()
+    });
+    let log = one_of_two_preempted_for(&sb, "nlp", "vision");
+    assert_eq!(times(&log, "vision-end").len(), 1, "{log:?}");
+    // The sweep ran on all along: the production step took on-demand room, not spot.
+    assert_eq!(times(&log, "sweep-start").len(), 1, "{log:?}");
+    std::fs::write(sb.path().join("release"), "").expect("release");
+    assert!(wait::status(&mut sweep, "sluice run sweep.yaml").success());
+}

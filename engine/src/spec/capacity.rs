@@ -176,7 +176,7 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
                 step.resources
                     .flavor
                     .as_ref()
-                    .is_none_or(|f| pool.labels.values().any(|v| v == f))
+                    .is_none_or(|f| pool.name == *f || pool.labels.values().any(|v| v == f))
             })
             .collect();
         if let Some(flavor) = &step.resources.flavor
@@ -185,7 +185,9 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
             let mut flavors: Vec<&str> = cap
                 .pools
                 .iter()
-                .flat_map(|p| p.labels.values().map(String::as_str))
+                .flat_map(|p| {
+                    std::iter::once(p.name.as_str()).chain(p.labels.values().map(String::as_str))
+                })
                 .collect();
             flavors.sort_unstable();
             flavors.dedup();
