@@ -349,3 +349,46 @@ fn chart_writes_an_svg_with_both_panels_and_a_line_per_policy() {
     );
     assert!(text.len() < 200_000);
 }
+
+/// `--jobs FILE`: a row per job and policy, whose wait is its first start less its
+/// submission, and whose production waits give the summary's production p95.
+#[test]
+fn jobs_writes_each_jobs_story_per_policy_matching_the_summary() {
+    let tmp = TempDir::new("simulate-jobs");
+    let csv = tmp.path().join("jobs.csv");
+    let path = csv.display().to_string();
+    let out = example(&[
+        "--policy", "fifo", "--policy", "fair", "--jobs", &path, "--output", "json",
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let summary: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let text = std::fs::read_to_string(&csv).expect("the jobs were written");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let jobs = summary["policies"]["fair"]["jobs"].as_u64().expect("jobs") as usize;
+    assert_eq!(rows.len(), 2 * jobs, "{text}");
+    for policy in ["fifo", "fair"] {
+        let mine: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == policy).collect();
+        assert_eq!(mine.len(), jobs);
+        let mut waits = Vec::new();
+        for r in &mine {
+            let submit: u64 = r[col("submit")].parse().expect("submit");
+            let wait: u64 = r[col("wait_seconds")].parse().expect("wait");
+            if let Ok(start) = r[col("first_start")].parse::<u64>() {
+                assert_eq!(wait, start - submit, "{r:?}");
+            }
+            if r[col("priority")] == "production" {
+                waits.push(wait);
+            }
+        }
+        waits.sort_unstable();
+        if let Some(p95) =
+            summary["policies"][policy]["priorities"]["production"]["wait_seconds"]["p95"].as_u64()
+        {
+            // The nearest-rank p95 is one of the rows' waits.
+            assert!(waits.contains(&p95), "{policy}: {p95} not in {waits:?}");
+        }
+    }
+}

@@ -6,6 +6,8 @@ acrossTeams (cluster-v2.yaml). Python standard library only.
 
     python3 examples/simulate/busy-day/compare.py [--sluice PATH] [SEED ...]
     # seeds default to the documented one (20261206) then 1..10
+
+Which jobs waited, and behind what: `sluice simulate ... --jobs FILE` (docs/simulate.md).
 """
 import argparse
 import json
