@@ -476,8 +476,19 @@ fn try_start(
     let closed = reserved_for.is_some();
     // What this step may use: reserved nodes look full.
     if !st.known_to_fail(Query::Visible(closed), shape) {
-        let visible = st.visible(closed);
-        if let Some(nodes) = st.place(Query::Visible(closed), shape, &visible, job, settings) {
+        // Not copied for each step: the free room itself when nothing is closed, else one
+        // copy with the reserved nodes full for as long as the room stays as it is.
+        let q = Query::Visible(closed);
+        let placed = if closed {
+            let visible = st.visible_closed();
+            st.place(q, shape, &visible, job, settings)
+        } else {
+            let free = std::mem::take(&mut st.free);
+            let placed = st.place(q, shape, &free, job, settings);
+            st.free = free;
+            placed
+        };
+        if let Some(nodes) = placed {
             for &n in &nodes {
                 st.free[n] = st.free[n].saturating_sub(job.per_worker);
             }

@@ -330,6 +330,19 @@ impl State {
         visible
     }
 
+    /// `visible(true)`, computed once for as long as the room and the reservation stay as
+    /// they are (a reservation lifted bumps `grow`).
+    pub(super) fn visible_closed(&mut self) -> Rc<Vec<Res>> {
+        let key = (Query::Visible(true), self.grow, self.free_gen);
+        if let Some(room) = self.rooms.get(&key) {
+            return room.clone();
+        }
+        let room = Rc::new(self.visible(true));
+        self.rooms.retain(|k, _| k.1 == key.1 && k.2 == key.2);
+        self.rooms.insert(key, room.clone());
+        room
+    }
+
     /// `soon`, computed once for as long as the room stays as it is.
     pub(super) fn soon_room(&mut self, closed: bool) -> Rc<Vec<Res>> {
         let key = (Query::Soon(closed), self.grow, self.free_gen);
