@@ -245,46 +245,45 @@ fn a_team_under_its_quota_takes_back_what_another_borrowed() {
     sb.write("cluster.yaml", CLUSTER);
     sb.write("counter.py", COUNTER);
     // nlp (quota 4) fills the cluster with two 4-GPU steps: the second is borrowed.
-    sb.write(
-        "nlp.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
-kind: Pipeline
-metadata: {{name: nlp, team: nlp}}
-spec:
-  steps:
-    - name: a
-      resources: {{gpu: 4}}
-      checkpoint: {{every: 100ms}}
-      run: {a}
-    - name: b
-      resources: {{gpu: 4}}
-      checkpoint: {{every: 100ms}}
-      run: {b}
-"#,
-            a = counter("a", 50),
-            b = counter("b", 50),
-        ),
-    );
-    sb.write(
-        "vision.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
-kind: Pipeline
-metadata: {{name: vision, team: vision}}
-spec:
-  steps:
-    - name: train
-      resources: {{gpu: 4}}
-      run: {start}; sleep 1; {end}
-"#,
-            start = note("vision-start", ""),
-            end = note("vision-end", ""),
-        ),
-    );
+    write_filler(&sb, "nlp", None);
+    write_urgent(&sb, "vision", "train", None);
     let log = one_of_two_preempted_for(&sb, "nlp", "vision");
     let vision_end = times(&log, "vision-end")[0];
     assert!(times(&log, "vision-start")[0] < vision_end);
+}
+
+/// Writes `TEAM.yaml`: two 4-GPU counter steps `a` and `b` (50 counts, checkpointed every
+/// 100 ms), of class `priority` when given.
+fn write_filler(sb: &Sandbox, team: &str, priority: Option<&str>) {
+    let class = priority.map_or(String::new(), |p| format!("      priority: {p}\n"));
+    let step = |name: &str| {
+        format!(
+            "    - name: {name}\n{class}      resources: {{gpu: 4}}\n      checkpoint: {{every: 100ms}}\n      run: {}\n",
+            counter(name, 50)
+        )
+    };
+    sb.write(
+        &format!("{team}.yaml"),
+        &format!(
+            "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: {team}, team: {team}}}\nspec:\n  steps:\n{}{}",
+            step("a"),
+            step("b")
+        ),
+    );
+}
+
+/// Writes `TEAM.yaml`: one 4-GPU step `step` (of class `priority` when given) that notes
+/// `TEAM-start`, sleeps a second and notes `TEAM-end`.
+fn write_urgent(sb: &Sandbox, team: &str, step: &str, priority: Option<&str>) {
+    let class = priority.map_or(String::new(), |p| format!("      priority: {p}\n"));
+    sb.write(
+        &format!("{team}.yaml"),
+        &format!(
+            "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: {team}, team: {team}}}\nspec:\n  steps:\n    - name: {step}\n{class}      resources: {{gpu: 4}}\n      run: {}; sleep 1; {}\n",
+            note(&format!("{team}-start"), ""),
+            note(&format!("{team}-end"), "")
+        ),
+    );
 }
 
 /// Runs pipeline `filler` (two checkpointing counter steps `a` and `b` of 50 counts, filling
@@ -470,46 +469,8 @@ spec:
     );
     sb.write("counter.py", COUNTER);
     // vision fills both nodes with best-effort work, all of it within its quota.
-    sb.write(
-        "vision.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
-kind: Pipeline
-metadata: {{name: vision, team: vision}}
-spec:
-  steps:
-    - name: a
-      priority: best-effort
-      resources: {{gpu: 4}}
-      checkpoint: {{every: 100ms}}
-      run: {a}
-    - name: b
-      priority: best-effort
-      resources: {{gpu: 4}}
-      checkpoint: {{every: 100ms}}
-      run: {b}
-"#,
-            a = counter("a", 50),
-            b = counter("b", 50),
-        ),
-    );
-    sb.write(
-        "nlp.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
-kind: Pipeline
-metadata: {{name: nlp, team: nlp}}
-spec:
-  steps:
-    - name: urgent
-      priority: production
-      resources: {{gpu: 4}}
-      run: {start}; sleep 1; {end}
-"#,
-            start = note("nlp-start", ""),
-            end = note("nlp-end", ""),
-        ),
-    );
+    write_filler(&sb, "vision", Some("best-effort"));
+    write_urgent(&sb, "nlp", "urgent", Some("production"));
     let log = one_of_two_preempted_for(&sb, "vision", "nlp");
     assert_eq!(times(&log, "nlp-end").len(), 1, "{log:?}");
 }
@@ -562,43 +523,8 @@ spec:
         ),
     );
     // nlp (no quota) fills both on-demand nodes: all of it borrowed.
-    sb.write(
-        "nlp.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
-kind: Pipeline
-metadata: {{name: nlp, team: nlp}}
-spec:
-  steps:
-    - name: a
-      resources: {{gpu: 4}}
-      checkpoint: {{every: 100ms}}
-      run: {a}
-    - name: b
-      resources: {{gpu: 4}}
-      checkpoint: {{every: 100ms}}
-      run: {b}
-"#,
-            a = counter("a", 50),
-            b = counter("b", 50),
-        ),
-    );
-    sb.write(
-        "vision.yaml",
-        &format!(
-            r#"apiVersion: sluice.dev/v1
-kind: Pipeline
-metadata: {{name: vision, team: vision}}
-spec:
-  steps:
-    - name: train
-      resources: {{gpu: 4}}
-      run: {start}; sleep 1; {end}
-"#,
-            start = note("vision-start", ""),
-            end = note("vision-end", ""),
-        ),
-    );
+    write_filler(&sb, "nlp", None);
+    write_urgent(&sb, "vision", "train", None);
     let mut sweep = sb.spawn(&["run", "sweep.yaml", "--cluster", "cluster.yaml"]);
     wait_for("the sweep's trial to run", || {
         !times(&log(&sb), "sweep-start").is_empty()
