@@ -586,11 +586,20 @@ fn try_start(
     if let Some(id) = reserved_for
         && !st.known_to_fail(Query::Visible(false), shape)
     {
-        let free = st.free.clone();
-        if st
-            .place(Query::Visible(false), shape, &free, job, settings)
-            .is_some()
-        {
+        // Every waiting step of this shape asks the same while the room stays as it is (they
+        // all wait for the reservation), so a fit is remembered, as failures are.
+        let fits = st.fits_open.get(&shape) == Some(&st.free_gen) || {
+            let free = std::mem::take(&mut st.free);
+            let placed = st
+                .place(Query::Visible(false), shape, &free, job, settings)
+                .is_some();
+            st.free = free;
+            if placed {
+                st.fits_open.insert(shape, st.free_gen);
+            }
+            placed
+        };
+        if fits {
             return Tried::Waits(format!(
                 "capacity is reserved for step {id}, which has waited past the starvation limit"
             ));

@@ -84,6 +84,9 @@ pub(super) struct State {
     pub(super) free_gen: u64,
     /// Shapes that did not fit, per query, with the `grow` they were found in.
     pub(super) failed: FxMap<(Query, Shape), u64>,
+    /// Shapes that fit the free room with no node closed, with the `free_gen` they were found
+    /// at (a fit holds only as long as the room does not shrink).
+    pub(super) fits_open: FxMap<Shape, u64>,
     /// Per (per-worker resources, allowed nodes): the workers that fit in the free room, with
     /// the `free_gen` it was counted in.
     pub(super) room: FxMap<(Res, usize), (u64, u64)>,
@@ -190,6 +193,7 @@ impl State {
             grow: 0,
             free_gen: 0,
             failed: FxMap::default(),
+            fits_open: FxMap::default(),
             room: FxMap::default(),
             reasons: FxMap::default(),
             rooms: FxMap::default(),
