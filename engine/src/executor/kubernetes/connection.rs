@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -21,9 +20,11 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
+mod nodes;
+
 use super::names;
 use crate::executor::Error;
-use crate::scheduler::{LiveNode, NodeSource, Res};
+pub use nodes::NodeState;
 
 /// Every call this file makes, by resource: what the Helm chart's Role (and its ClusterRole,
 /// for nodes) must grant, no more (a test holds `charts/sluice/templates/rbac.yaml` to it).
@@ -65,19 +66,6 @@ pub struct Seen {
     pub nodes_listed: bool,
     /// During a (re-)list of pods: those listed so far.
     relisting: Option<HashSet<String>>,
-}
-
-/// What the executor needs of a node.
-#[derive(Debug, Clone)]
-pub struct NodeState {
-    pub labels: BTreeMap<String, String>,
-    /// Why not ready (the Ready condition's reason), and since when it has been seen so.
-    pub not_ready: Option<(String, Instant)>,
-    pub gone: bool,
-    /// Cordoned (`spec.unschedulable`): what runs there stays, nothing new is placed.
-    pub cordoned: bool,
-    /// `status.allocatable`: GPUs (`nvidia.com/gpu`), CPU, memory.
-    pub allocatable: Res,
 }
 
 pub struct Connection {
@@ -413,42 +401,6 @@ impl Connection {
         }
     }
 
-    fn node_event(&self, event: watcher::Event<Node>) {
-        match event {
-            watcher::Event::Init => {}
-            watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
-                let name = n.metadata.name.clone().unwrap_or_default();
-                let mut seen = self.seen();
-                let before = seen.nodes.get(&name).and_then(|s| s.not_ready.clone());
-                seen.nodes.insert(name, node_state(&n, before));
-            }
-            watcher::Event::Delete(n) => {
-                let name = n.metadata.name.clone().unwrap_or_default();
-                let mut seen = self.seen();
-                let since = seen
-                    .nodes
-                    .get(&name)
-                    .and_then(|s| s.not_ready.as_ref().map(|(_, t)| *t))
-                    .unwrap_or_else(Instant::now);
-                seen.nodes.insert(
-                    name,
-                    NodeState {
-                        labels: BTreeMap::new(),
-                        not_ready: Some(("the node was deleted".into(), since)),
-                        gone: true,
-                        cordoned: true,
-                        allocatable: Res::ZERO,
-                    },
-                );
-            }
-            watcher::Event::InitDone => {
-                self.seen().nodes_listed = true;
-                self.mark_listed();
-            }
-        }
-        self.tell(None, Change::Nodes);
-    }
-
     fn mark_listed(&self) {
         let both = {
             let seen = self.seen();
@@ -586,64 +538,6 @@ pub fn worker_of(p: &Pod) -> String {
 
 /// The annotation (and label) of a pod's index in an Indexed Job.
 pub const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-
-/// What the executor keeps of a node.
-fn node_state(n: &Node, before: Option<(String, Instant)>) -> NodeState {
-    let ready_condition = n
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-    let ready = ready_condition.is_some_and(|c| c.status == "True");
-    let not_ready = if ready {
-        None
-    } else {
-        let why = ready_condition
-            .and_then(|c| c.reason.clone())
-            .unwrap_or_else(|| "NotReady".into());
-        Some((why, before.map_or_else(Instant::now, |(_, t)| t)))
-    };
-    NodeState {
-        labels: n.metadata.labels.clone().unwrap_or_default(),
-        not_ready,
-        gone: false,
-        cordoned: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
-        allocatable: allocatable(n),
-    }
-}
-
-/// A node's `status.allocatable` as the scheduler counts it; a quantity that cannot be read
-/// counts as none (the node offers nothing of it, rather than a guess).
-fn allocatable(n: &Node) -> Res {
-    let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) else {
-        return Res::ZERO;
-    };
-    let read = |key: &str, scale: f64| {
-        a.get(key)
-            .and_then(|q| crate::spec::units::parse_quantity(&q.0).ok())
-            .map_or(0, |v| (v * scale).round().max(0.0) as u64)
-    };
-    Res::new(
-        read("nvidia.com/gpu", 1.0),
-        read("cpu", 1000.0),
-        read("memory", 1.0),
-    )
-}
-
-/// The nodes of pools read from the cluster follow this connection's node watch.
-impl NodeSource for Connection {
-    fn each_node(&self, each: &mut dyn FnMut(LiveNode<'_>)) {
-        let seen = self.seen();
-        for (name, n) in &seen.nodes {
-            each(LiveNode {
-                name,
-                labels: &n.labels,
-                allocatable: n.allocatable,
-                schedulable: !n.gone && !n.cordoned && n.not_ready.is_none(),
-            });
-        }
-    }
-}
 
 /// Follows `api` with a watcher, handing each event to the connection while it lives.
 fn spawn_watch<K, F>(
