@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::{Driver, Error, Watcher};
 use crate::executor::{Executor, Handle, Reason};
 use crate::run::admission::Scheduler;
+use crate::run::cluster::Scheduling;
 use crate::store::{self, Event, Placed};
 
 /// At most this many steps of one run wait on the cluster at once.
@@ -47,46 +48,18 @@ impl<E: Executor> Driver<E> {
                 .contains_key(&self.rows[idx].step)
                 .then(|| scheduling.trial_interval_ms(&team))
                 .flatten();
-            if rate.is_some()
-                && let Some(until) = self.rate_wake
-                && until > self.clock.now_ms()
-            {
-                self.show_wait(&name, scheduling.rate_reason(&team), watcher);
-                continue;
-            }
-            let Some(ready) = self.prepare_start(idx, watcher).await? else {
-                continue;
-            };
-            let mut pending = std::mem::take(&mut self.pending);
-            let before = pending.change();
-            let placed = self
-                .store
-                .start_placed(
-                    &self.run.id,
-                    &ready.row,
-                    &ready.attempt,
-                    before,
-                    rate.map(|interval_ms| store::Rate {
-                        team: team.as_str(),
-                        interval_ms,
-                        now: self.clock.now_ms(),
-                    }),
-                    // Nothing of sluice's nodes is held: Kueue's quota is Kueue's.
-                    |_| Some(String::new()),
-                )
-                .await?;
-            match placed {
-                Placed::Started(_) => {
-                    self.launch_started(idx, *ready, Vec::new(), watcher)
-                        .await?
-                }
-                Placed::NoRoom => self.executor.discard(&ready.handle).await,
-                Placed::RateLimited { until } => {
-                    self.executor.discard(&ready.handle).await;
-                    self.rate_wake = Some(until);
-                    self.show_wait(&name, scheduling.rate_reason(&team), watcher);
-                }
-            }
+            // Nothing of sluice's nodes is held: Kueue's quota is Kueue's.
+            self.start_one(
+                idx,
+                &name,
+                &team,
+                rate,
+                None,
+                |_| Some(String::new()),
+                scheduling,
+                watcher,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -200,55 +173,89 @@ impl<E: Executor> Driver<E> {
                 .contains_key(&self.rows[idx].step)
                 .then(|| scheduling.trial_interval_ms(&ask.team))
                 .flatten();
-            if rate.is_some()
-                && let Some(until) = self.rate_wake
-                && until > self.clock.now_ms()
-            {
-                // Known not due yet: no launch is prepared only to be put back.
-                let reason = scheduling.rate_reason(&ask.team);
-                self.show_wait(&name, reason, watcher);
-                continue;
+            let claim = (
+                serde_json::to_string(ask).unwrap_or_default(),
+                serde_json::to_string(&nodes).unwrap_or_default(),
+            );
+            let place = |held: &[store::Claim]| scheduling.place(held, ask, &nodes);
+            self.start_one(
+                idx,
+                &name,
+                &ask.team,
+                rate,
+                Some(claim),
+                place,
+                scheduling,
+                watcher,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Starts step `idx` if its trial rate (`rate`, the interval in ms, for a trial) is due
+    /// and `place` finds room among the running attempts, in the store's transaction that
+    /// records its attempt (with `claim`: its request and nodes); otherwise the prepared
+    /// launch is discarded and the step waits, a trial saying it waits for its team's rate.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_one(
+        &mut self,
+        idx: usize,
+        name: &str,
+        team: &str,
+        rate: Option<i64>,
+        claim: Option<(String, String)>,
+        place: impl FnOnce(&[store::Claim]) -> Option<String>,
+        scheduling: &Scheduling,
+        watcher: &mut dyn Watcher,
+    ) -> Result<(), Error> {
+        if rate.is_some()
+            && let Some(until) = self.rate_wake
+            && until > self.clock.now_ms()
+        {
+            // Known not due yet: no launch is prepared only to be put back.
+            let reason = scheduling.rate_reason(team);
+            self.show_wait(name, reason, watcher);
+            return Ok(());
+        }
+        let Some(ready) = self.prepare_start(idx, watcher).await? else {
+            return Ok(());
+        };
+        let mut ready = *ready;
+        if let Some((job, nodes)) = claim {
+            ready.attempt.job = Some(job);
+            ready.attempt.nodes = Some(nodes);
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        let before = pending.change();
+        let placed = self
+            .store
+            .start_placed(
+                &self.run.id,
+                &ready.row,
+                &ready.attempt,
+                before,
+                rate.map(|interval_ms| store::Rate {
+                    team,
+                    interval_ms,
+                    now: self.clock.now_ms(),
+                }),
+                place,
+            )
+            .await?;
+        match placed {
+            Placed::Started(gpus) => {
+                let assigned: Vec<u32> = gpus.split(',').filter_map(|g| g.parse().ok()).collect();
+                self.launch_started(idx, ready, assigned, watcher).await?;
             }
-            let Some(ready) = self.prepare_start(idx, watcher).await? else {
-                continue;
-            };
-            let mut ready = *ready;
-            ready.attempt.job = Some(serde_json::to_string(ask).unwrap_or_default());
-            ready.attempt.nodes = Some(serde_json::to_string(&nodes).unwrap_or_default());
-            let mut pending = std::mem::take(&mut self.pending);
-            let before = pending.change();
-            let placed = self
-                .store
-                .start_placed(
-                    &self.run.id,
-                    &ready.row,
-                    &ready.attempt,
-                    before,
-                    rate.map(|interval_ms| store::Rate {
-                        team: ask.team.as_str(),
-                        interval_ms,
-                        now: self.clock.now_ms(),
-                    }),
-                    |held| scheduling.place(held, ask, &nodes),
-                )
-                .await?;
-            let gpus = match placed {
-                Placed::Started(gpus) => gpus,
-                Placed::NoRoom => {
-                    // Another engine took the room first: it waits for the next cycle.
-                    self.executor.discard(&ready.handle).await;
-                    continue;
-                }
-                Placed::RateLimited { until } => {
-                    self.executor.discard(&ready.handle).await;
-                    self.rate_wake = Some(until);
-                    let reason = scheduling.rate_reason(&ask.team);
-                    self.show_wait(&name, reason, watcher);
-                    continue;
-                }
-            };
-            let assigned: Vec<u32> = gpus.split(',').filter_map(|g| g.parse().ok()).collect();
-            self.launch_started(idx, ready, assigned, watcher).await?;
+            // Another engine took the room first: it waits for the next cycle.
+            Placed::NoRoom => self.executor.discard(&ready.handle).await,
+            Placed::RateLimited { until } => {
+                self.executor.discard(&ready.handle).await;
+                self.rate_wake = Some(until);
+                let reason = scheduling.rate_reason(team);
+                self.show_wait(name, reason, watcher);
+            }
         }
         Ok(())
     }
