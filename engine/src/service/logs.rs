@@ -216,7 +216,8 @@ async fn print_whole(
     Ok(if local { upto as u64 } else { 0 })
 }
 
-/// The copy of an ended attempt's log in the run's object store, if there is one.
+/// The copy of an ended attempt's log in the run's object store, if there is one (on
+/// Kubernetes, else the lines its pods' runtimes recorded there).
 async fn stored_log(store: &Store, run: &str, a: &AttemptRow) -> Option<Vec<u8>> {
     let row = store.run(run).await.ok()?;
     let objects = sluice_runtime::objects::Objects::open(&row.objects).ok()?;
@@ -224,7 +225,12 @@ async fn stored_log(store: &Store, run: &str, a: &AttemptRow) -> Option<Vec<u8>>
         "{}/logs/output.log",
         crate::run::launch::object_key(&row.team, run, &a.step, a.number)
     );
-    objects.get_bytes(&key).await.ok().flatten()
+    if let Some(kept) = objects.get_bytes(&key).await.ok().flatten() {
+        return Some(kept);
+    }
+    // On Kubernetes the merged copy is written just after the attempt ended; until then (or if
+    // that write failed) the runtimes' own records hold the same lines.
+    crate::executor::kubernetes::recorded_log(&a.dir, &objects).await
 }
 
 /// Every step's latest attempt, oldest first; with `follow`, then every new line of every

@@ -131,6 +131,14 @@ pub async fn live_log(handle: &str) -> Option<Vec<u8>> {
     conn.pod_log(&name).await.ok().map(String::into_bytes)
 }
 
+/// A Kubernetes attempt's log as its workers' runtimes recorded it in the object store (what
+/// the executor merges into the attempt's `logs/output.log` once it ended); None for another
+/// handle, or nothing recorded.
+pub async fn recorded_log(handle: &str, objects: &Objects) -> Option<Vec<u8>> {
+    let at = Where::parse(&Handle::new(handle))?;
+    Some(record::log(objects, &at).await).filter(|l| !l.is_empty())
+}
+
 /// Worker 0's pod of a Job attempt, for a process without a watch (`sluice logs`): the pod
 /// list of the Job's worker 0 through the API.
 async fn pod_of_job(conn: &Connection, at: &Where) -> Option<String> {
