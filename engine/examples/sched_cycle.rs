@@ -57,6 +57,7 @@ fn main() {
         checkpointed: true,
         flavor: None,
         submitted: id,
+        estimate: None,
     };
     // Half the GPUs busy: 4 of 8 on every node, one 4-GPU step each.
     let running: Vec<Running> = (0..nodes)

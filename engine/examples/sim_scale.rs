@@ -1,10 +1,12 @@
 //! A large replay, for `bench/simulate_scale.sh`.
 //!
-//! `sim_scale [JOBS] [LOAD] [POLICY] [MAX_WORKERS] [STARVATION_S]` (defaults 1,000,000, 0.85,
-//! fair, 8, none): 1,250 nodes x 8 GPUs (10,000 GPUs), 1,000 teams with a 10-GPU quota each,
-//! and JOBS jobs from the seeded generator: Poisson arrivals at the rate that offers LOAD x
-//! the cluster's GPUs, 1-8 workers (1-16 with MAX_WORKERS 16: issue 18's workload) of 1-8
-//! GPUs, log-normal durations (median 30 min); STARVATION_S sets `starvationLimit`. Prints one
+//! `sim_scale [JOBS] [LOAD] [POLICY] [MAX_WORKERS] [STARVATION_S] [ESTIMATE]` (defaults
+//! 1,000,000, 0.85, fair, 8, none, none): 1,250 nodes x 8 GPUs (10,000 GPUs), 1,000 teams with
+//! a 10-GPU quota each, and JOBS jobs from the seeded generator: Poisson arrivals at the rate
+//! that offers LOAD x the cluster's GPUs, 1-8 workers (1-16 with MAX_WORKERS 16: issue 18's
+//! workload) of 1-8 GPUs, log-normal durations (median 30 min); STARVATION_S sets
+//! `starvationLimit` (`none` for none); ESTIMATE `Nx` gives each job an estimate of N times its
+//! duration (a timeout set with that much slack), for EASY backfill. Prints one
 //! line of `key=value`: jobs, events, cycles, wall seconds (generation and replay apart), peak
 //! RSS (VmHWM) and the replay's utilization.
 
@@ -58,6 +60,9 @@ fn main() {
     };
     let max_workers: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(8);
     let starvation: Option<u64> = args.next().and_then(|a| a.parse().ok());
+    let slack: Option<f64> = args
+        .next()
+        .and_then(|a| a.strip_suffix('x').and_then(|n| n.parse().ok()));
     let workers = if max_workers >= 16 {
         vec![(1, 0.70), (2, 0.15), (4, 0.08), (8, 0.05), (16, 0.02)]
     } else {
@@ -84,7 +89,12 @@ fn main() {
         checkpoint_every: Some(900),
     };
     let t0 = Instant::now();
-    let workload = spec.jobs(100);
+    let mut workload = spec.jobs(100);
+    if let Some(slack) = slack {
+        for j in &mut workload {
+            j.job.estimate = Some((j.duration as f64 * slack).ceil() as u64);
+        }
+    }
     let generated = t0.elapsed().as_secs_f64();
     let settings = Settings {
         policy,

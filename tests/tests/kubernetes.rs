@@ -5,6 +5,7 @@
 //! container, and objects in a real S3-compatible server (moto) on loopback.
 
 mod kubernetes {
+    mod extended;
     mod kueue;
     pub mod setup;
 }

@@ -129,6 +129,7 @@ mod tests {
             cpu_hours: 1.0,
             cost,
             wasted_gpu_hours: 0.25,
+            extended_hours: Default::default(),
         }
     }
 
@@ -154,6 +155,7 @@ mod tests {
                 cpu_hours: 2.0,
                 cost: 16.95,
                 wasted_gpu_hours: 0.5,
+                extended_hours: Default::default(),
             },
         };
         let mut out = Vec::new();

@@ -16,6 +16,7 @@ pub mod chosen;
 pub mod kubernetes;
 pub mod local;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,6 +127,8 @@ pub struct Placement {
     pub memory: u64,
     /// The step's `flavor` (`admission: kueue`: its pool's labels select the nodes).
     pub flavor: Option<String>,
+    /// Extended resources per worker, by name (Kubernetes limits).
+    pub extended: BTreeMap<String, u64>,
 }
 
 /// The settings of a Cluster that an executor and its runtimes follow (`runtime.*` and

@@ -294,6 +294,8 @@ spec:
             interruptible: false,
             checkpointed: false,
             flavor: None,
+            extended: Default::default(),
+            timeout_ms: None,
         };
         let json = serde_json::to_string(&ask).expect("an ask serializes");
         steps

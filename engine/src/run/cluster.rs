@@ -35,11 +35,28 @@ pub struct Ask {
     pub checkpointed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flavor: Option<String>,
+    /// Extended resources per worker, by name (`nvidia.com/mig-1g.10gb`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, u64>,
+    /// The step's `timeout` in ms: it runs no longer, so it may backfill a starving gang's
+    /// reservation that drains later (EASY backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 impl Ask {
+    /// Per worker, as the scheduler counts it. An extended resource that gets no slot (more
+    /// names than the process can count: submission refuses steps naming resources their
+    /// Cluster does not have) is asked for in full, so the step never fits.
     fn per_worker(&self) -> Res {
-        Res::new(self.gpu, self.millicpu, self.memory)
+        let mut r = Res::new(self.gpu, self.millicpu, self.memory);
+        for (name, n) in &self.extended {
+            match crate::scheduler::extended::slot(name) {
+                Some(i) => r.ext[i] = crate::scheduler::extended::amount(*n),
+                None => r.memory = u64::MAX,
+            }
+        }
+        r
     }
 }
 
@@ -158,16 +175,23 @@ impl Scheduling {
                 }) else {
                     return;
                 };
-                let cap = self.spec.pools[p].resources;
+                let cap = &self.spec.pools[p].resources;
                 let capacity = if n.schedulable {
-                    Res::new(
+                    let mut r = Res::new(
                         cap.gpu
                             .map_or(n.allocatable.gpu, |c| c.min(n.allocatable.gpu)),
                         cap.millicpu
                             .map_or(n.allocatable.millicpu, |c| c.min(n.allocatable.millicpu)),
                         cap.memory
                             .map_or(n.allocatable.memory, |c| c.min(n.allocatable.memory)),
-                    )
+                    );
+                    r.ext = n.allocatable.ext;
+                    for (name, c) in &cap.extended {
+                        if let Some(i) = crate::scheduler::extended::lookup(name) {
+                            r.ext[i] = r.ext[i].min(crate::scheduler::extended::amount(*c));
+                        }
+                    }
+                    r
                 } else {
                     Res::ZERO
                 };
@@ -204,6 +228,11 @@ impl Scheduling {
     /// The request of one worker gang of `step`, for a run of `team`.
     pub fn ask(&self, team: &str, step: &Step) -> Ask {
         let r = &step.resources;
+        // Its extended resources get their slots now, so that nodes read from the cluster
+        // count them from the first cycle that sees the step.
+        for name in r.extended.keys() {
+            crate::scheduler::extended::slot(name);
+        }
         Ask {
             team: team.to_owned(),
             priority: step
@@ -218,6 +247,10 @@ impl Scheduling {
             interruptible: step.interruptible,
             checkpointed: step.checkpoint.is_some(),
             flavor: r.flavor.clone(),
+            extended: r.extended.clone(),
+            timeout_ms: step
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 
@@ -451,6 +484,7 @@ fn job(config: &mut Config, id: u64, ask: &Ask, submitted: u64) -> Job {
         checkpointed: ask.checkpointed,
         flavor: ask.flavor.clone(),
         submitted,
+        estimate: ask.timeout_ms,
     }
 }
 

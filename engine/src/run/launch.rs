@@ -231,6 +231,15 @@ pub fn build(
             step.resources.workers.max(1)
         )));
     }
+    // Outside cluster mode (`usize::MAX`: the scheduler placed it) nothing counts extended
+    // resources, so a step asking for one cannot be honoured here.
+    if machine_gpus != usize::MAX
+        && let Some((name, n)) = step.resources.extended.iter().find(|(_, n)| **n > 0)
+    {
+        return Err(Stop::Fail(format!(
+            "it asks for {n} {name} per worker, and only a Cluster's pools have extended resources: run it with --cluster FILE (or on a server) whose pools name {name}"
+        )));
+    }
     let inputs_dir = dir.join("inputs");
     let mut inputs = Vec::new();
     let argv = match &step.action {

@@ -163,8 +163,10 @@ pub fn cycle(
     // priorities, teams reclaiming their quota): letting them in keeps the two from evicting
     // each other in turn.
     let holder = starving(cluster, waiting, &st.usage, settings);
+    let mut shadow = None;
     if let Some(h) = holder {
         st.reserved = reservation_for(cluster, running, &st.free, h, settings);
+        shadow = shadow_of(running, &st.reserved, settings.now);
     }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.
@@ -227,6 +229,7 @@ pub fn cycle(
         let closed = holder
             .filter(|h| !st.reserved.is_empty() && h.id != job.id)
             .filter(|h| !may_preempt(cluster, job, h, &st.quota_usage, settings))
+            .filter(|_| !ends_before(job, shadow, settings.now))
             .map(|h| h.id);
         let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
             Tried::Started => {
@@ -342,6 +345,25 @@ pub(super) fn could_ever_start(cluster: &Cluster, job: &Job, settings: &Settings
             || cluster.teams[job.team]
                 .ceiling()
                 .is_none_or(|c| job.demand().fits_in(c)))
+}
+
+/// When the reserved nodes will have drained at the latest: the last expected end of the
+/// steps running on them (`now` when none runs there). None when one of them has no
+/// estimate: then nothing may backfill the reservation.
+pub(super) fn shadow_of(running: &[Running], reserved: &BTreeSet<usize>, now: u64) -> Option<u64> {
+    let mut shadow = now;
+    for r in running {
+        if r.nodes.iter().any(|n| reserved.contains(n)) {
+            shadow = shadow.max(r.started.saturating_add(r.job.estimate?));
+        }
+    }
+    Some(shadow)
+}
+
+/// EASY backfill: whether `job`, started `now`, ends by `shadow` (when the reservation's nodes
+/// drain), so that it may use them meanwhile without delaying the starving step.
+pub(super) fn ends_before(job: &Job, shadow: Option<u64>, now: u64) -> bool {
+    matches!((job.estimate, shadow), (Some(e), Some(s)) if now.saturating_add(e) <= s)
 }
 
 /// The step owed a reservation: the oldest (then lowest id) of those waiting past the

@@ -4,12 +4,18 @@
 
 use std::collections::BTreeMap;
 
-/// A resource vector: GPUs, CPU in thousandths of a core, memory in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+use super::extended::SLOTS;
+
+/// A resource vector: GPUs, CPU in thousandths of a core, memory in bytes, and the amounts of
+/// the extended resources by their slot ([`extended`](super::extended)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Res {
     pub gpu: u64,
     pub millicpu: u64,
     pub memory: u64,
+    /// In `u32` (4 billion slices is plenty), so that a `Res` stays 40 bytes: the cycle copies
+    /// and hashes many; `u32::MAX` is a quota that does not name the resource.
+    pub ext: [u32; SLOTS],
 }
 
 impl Res {
@@ -17,6 +23,7 @@ impl Res {
         gpu: 0,
         millicpu: 0,
         memory: 0,
+        ext: [0; SLOTS],
     };
 
     pub fn new(gpu: u64, millicpu: u64, memory: u64) -> Res {
@@ -24,12 +31,39 @@ impl Res {
             gpu,
             millicpu,
             memory,
+            ext: [0; SLOTS],
         }
+    }
+
+    /// `self` with `amount` of the extended resource in `slot`.
+    pub fn with_ext(mut self, slot: usize, amount: u64) -> Res {
+        self.ext[slot] = super::extended::amount(amount);
+        self
     }
 
     /// Whether `self` fits within `other`, in every dimension.
     pub fn fits_in(self, other: Res) -> bool {
-        self.gpu <= other.gpu && self.millicpu <= other.millicpu && self.memory <= other.memory
+        self.gpu <= other.gpu
+            && self.millicpu <= other.millicpu
+            && self.memory <= other.memory
+            && self.ext[0] <= other.ext[0]
+            && self.ext[1] <= other.ext[1]
+            && self.ext[2] <= other.ext[2]
+            && self.ext[3] <= other.ext[3]
+    }
+
+    /// How many of `self` fit in `room` at once (`u64::MAX` when `self` is nothing).
+    pub fn count_in(self, room: Res) -> u64 {
+        let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
+        let mut n = div(room.gpu, self.gpu)
+            .min(div(room.millicpu, self.millicpu))
+            .min(div(room.memory, self.memory));
+        if self.ext != [0; SLOTS] {
+            for (f, p) in room.ext.iter().zip(self.ext) {
+                n = n.min(div(u64::from(*f), u64::from(p)));
+            }
+        }
+        n
     }
 
     pub fn saturating_sub(self, o: Res) -> Res {
@@ -37,6 +71,12 @@ impl Res {
             gpu: self.gpu.saturating_sub(o.gpu),
             millicpu: self.millicpu.saturating_sub(o.millicpu),
             memory: self.memory.saturating_sub(o.memory),
+            ext: [
+                self.ext[0].saturating_sub(o.ext[0]),
+                self.ext[1].saturating_sub(o.ext[1]),
+                self.ext[2].saturating_sub(o.ext[2]),
+                self.ext[3].saturating_sub(o.ext[3]),
+            ],
         }
     }
 
@@ -45,15 +85,39 @@ impl Res {
             gpu: self.gpu * n,
             millicpu: self.millicpu * n,
             memory: self.memory * n,
+            ext: self
+                .ext
+                .map(|x| x.saturating_mul(super::extended::amount(n))),
         }
     }
 
     /// The largest share of `total` this takes in any dimension (dominant resource share).
     pub fn dominant_share(self, total: Res) -> f64 {
         let share = |a: u64, t: u64| if t == 0 { 0.0 } else { a as f64 / t as f64 };
-        share(self.gpu, total.gpu)
+        let mut s = share(self.gpu, total.gpu)
             .max(share(self.millicpu, total.millicpu))
-            .max(share(self.memory, total.memory))
+            .max(share(self.memory, total.memory));
+        for (a, t) in self.ext.iter().zip(total.ext) {
+            if *a > 0 {
+                s = s.max(share(u64::from(*a), u64::from(t)));
+            }
+        }
+        s
+    }
+}
+
+/// By hand: the cycle's memos hash many of these, and a derived hash writes the extended
+/// amounts as bytes (most often all zero) one by one.
+impl std::hash::Hash for Res {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.gpu);
+        state.write_u64(self.millicpu);
+        state.write_u64(self.memory);
+        if self.ext != [0; SLOTS] {
+            for x in self.ext {
+                state.write_u32(x);
+            }
+        }
     }
 }
 
@@ -65,6 +129,12 @@ impl std::ops::Add for Res {
             gpu: self.gpu.saturating_add(o.gpu),
             millicpu: self.millicpu.saturating_add(o.millicpu),
             memory: self.memory.saturating_add(o.memory),
+            ext: [
+                self.ext[0].saturating_add(o.ext[0]),
+                self.ext[1].saturating_add(o.ext[1]),
+                self.ext[2].saturating_add(o.ext[2]),
+                self.ext[3].saturating_add(o.ext[3]),
+            ],
         }
     }
 }
@@ -76,7 +146,7 @@ impl std::ops::AddAssign for Res {
 }
 
 impl std::fmt::Display for Res {
-    /// `8 GPU, 4 CPU, 16Gi`: the dimensions that are not zero.
+    /// `8 GPU, 4 CPU, 16Gi, 2 nvidia.com/mig-1g.10gb`: the dimensions that are not zero.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Written straight to `f` (reasons format many of these per cycle).
         let mut sep = "";
@@ -96,6 +166,13 @@ impl std::fmt::Display for Res {
         if self.memory > 0 && self.memory != u64::MAX {
             write!(f, "{sep}{}Mi", self.memory / (1 << 20))?;
             sep = ", ";
+        }
+        for (i, x) in self.ext.iter().enumerate() {
+            if *x > 0 && *x != u32::MAX {
+                let name = super::extended::name(i).unwrap_or_else(|| format!("resource #{i}"));
+                write!(f, "{sep}{x} {name}")?;
+                sep = ", ";
+            }
         }
         if sep.is_empty() {
             f.write_str("nothing")?;

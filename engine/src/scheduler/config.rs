@@ -8,6 +8,7 @@ use crate::spec::model::{ClusterSpec, Quantities};
 
 use super::admission::{Policy, Settings};
 use super::cluster::{Cluster, Node, Pool, Res, Team};
+use super::extended;
 use super::placement::Placement;
 
 /// A Cluster ready for the scheduler, with what workloads and reports need of it.
@@ -20,6 +21,8 @@ pub struct Config {
     pub default_priority: i64,
     /// Per pool: price of a GPU-hour and a CPU-hour.
     pub prices: Vec<(f64, f64)>,
+    /// Per pool: price of a unit-hour of each extended resource, by name.
+    pub extended_prices: Vec<BTreeMap<String, f64>>,
 }
 
 impl Config {
@@ -30,6 +33,7 @@ impl Config {
             teams: Vec::new(),
         };
         let mut prices = Vec::new();
+        let mut extended_prices = Vec::new();
         for (i, p) in spec.pools.iter().enumerate() {
             cluster.pools.push(Pool {
                 name: p.name.clone(),
@@ -37,10 +41,14 @@ impl Config {
                 labels: p.labels.clone(),
             });
             prices.push((p.gpu_hour, p.cpu_hour));
-            let capacity = Res::new(
-                p.resources.gpu.unwrap_or(0),
-                p.resources.millicpu.unwrap_or(u64::MAX / 1024),
-                p.resources.memory.unwrap_or(u64::MAX / 1024),
+            extended_prices.push(p.extended_hour.clone());
+            let capacity = with_extended(
+                Res::new(
+                    p.resources.gpu.unwrap_or(0),
+                    p.resources.millicpu.unwrap_or(u64::MAX / 1024),
+                    p.resources.memory.unwrap_or(u64::MAX / 1024),
+                ),
+                &p.resources.extended,
             );
             for _ in 0..p.nodes {
                 cluster.nodes.push(Node { pool: i, capacity });
@@ -50,8 +58,8 @@ impl Config {
             cluster.teams.push(Team {
                 name: t.name.clone(),
                 weight: t.weight,
-                quota: t.quota.map_or(Res::ZERO, limit),
-                borrow_limit: t.borrow_limit.map(limit),
+                quota: t.quota.as_ref().map_or(Res::ZERO, limit),
+                borrow_limit: t.borrow_limit.as_ref().map(limit),
                 // Validated: each names a pool.
                 quota_pools: t.quota_pools.as_ref().map(|names| {
                     names
@@ -98,6 +106,7 @@ impl Config {
             priorities,
             default_priority,
             prices,
+            extended_prices,
         }
     }
 
@@ -129,10 +138,24 @@ pub fn policy(name: &str) -> Option<Policy> {
 }
 
 /// A quota or limit: resources it does not name are not limited by it.
-fn limit(q: Quantities) -> Res {
-    Res::new(
+fn limit(q: &Quantities) -> Res {
+    let mut r = Res::new(
         q.gpu.unwrap_or(u64::MAX),
         q.millicpu.unwrap_or(u64::MAX),
         q.memory.unwrap_or(u64::MAX),
-    )
+    );
+    r.ext = [u32::MAX; extended::SLOTS];
+    with_extended(r, &q.extended)
+}
+
+/// `r` with the amounts of the extended resources `named`, each in its slot. A name that gets
+/// no slot (more extended resources than [`extended::SLOTS`] in this process: the Cluster's
+/// decoder refuses that many) is left out.
+pub fn with_extended(mut r: Res, named: &BTreeMap<String, u64>) -> Res {
+    for (name, n) in named {
+        if let Some(i) = extended::slot(name) {
+            r.ext[i] = extended::amount(*n);
+        }
+    }
+    r
 }

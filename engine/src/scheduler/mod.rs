@@ -17,6 +17,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod config;
+pub mod extended;
 pub mod placement;
 #[cfg(test)]
 mod reference;
@@ -47,6 +48,10 @@ pub struct Job {
     pub flavor: Option<String>,
     /// When it was submitted (any monotonic unit): the order within a priority.
     pub submitted: u64,
+    /// The longest it runs once started (same unit), when known: its `timeout`, after which
+    /// it is stopped, or a workload's `estimate`. A step that ends before a starving gang's
+    /// reserved nodes would free may use them (EASY backfill).
+    pub estimate: Option<u64>,
 }
 
 impl Job {

@@ -136,18 +136,13 @@ fn fill(nodes: &[usize], free: &[Res], job: &Job, how: Placement) -> Option<Vec<
     if job.per_worker != Res::ZERO {
         // Whether the gang fits at all, before sorting: as many workers as fit on each node.
         let per = job.per_worker;
-        let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
         let mut room: u64 = 0;
         for &n in nodes {
             let f = free[n];
             if !per.fits_in(f) {
                 continue;
             }
-            room = room.saturating_add(
-                div(f.gpu, per.gpu)
-                    .min(div(f.millicpu, per.millicpu))
-                    .min(div(f.memory, per.memory)),
-            );
+            room = room.saturating_add(per.count_in(f));
             if room >= need as u64 {
                 break;
             }

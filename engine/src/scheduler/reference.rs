@@ -92,8 +92,20 @@ pub fn cycle_reference(
     // priorities, teams reclaiming their quota): letting them in keeps the two from evicting
     // each other in turn.
     let holder = starving(cluster, waiting, &st.usage, settings);
+    // EASY backfill: when the reserved nodes will have drained (every step running there has
+    // an estimate), a step that ends by then may use them.
+    let mut shadow: Option<u64> = None;
     if let Some(h) = holder {
         st.reserved = reservation_for(cluster, running, &st.free, h, settings);
+        shadow = Some(settings.now);
+        for r in running {
+            if r.nodes.iter().any(|n| st.reserved.contains(n)) {
+                shadow = match (shadow, r.job.estimate) {
+                    (Some(s), Some(e)) => Some(s.max(r.started + e)),
+                    _ => None,
+                };
+            }
+        }
     }
     let total = cluster.total();
     // Queues: per team for `fair`, one for the others; each in its order.
@@ -145,9 +157,14 @@ pub fn cycle_reference(
         let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
             break;
         };
+        let backfills = match (job.estimate, shadow) {
+            (Some(e), Some(s)) => settings.now + e <= s,
+            _ => false,
+        };
         let closed = holder
             .filter(|h| !st.reserved.is_empty() && h.id != job.id)
             .filter(|h| !may_preempt(cluster, job, h, &st.quota_usage, settings))
+            .filter(|_| !backfills)
             .map(|h| h.id);
         let why = match try_start(cluster, running, job, closed, &mut st, settings, &mut out) {
             Tried::Started => {
@@ -610,9 +627,14 @@ fn why_not(cluster: &Cluster, free: &[Res], usage: &[Res], job: &Job) -> String 
 
 fn workers_that_fit(per: Res, free: Res) -> u64 {
     let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
+    let ext = (0..per.ext.len())
+        .map(|i| div(u64::from(free.ext[i]), u64::from(per.ext[i])))
+        .min()
+        .unwrap_or(u64::MAX);
     div(free.gpu, per.gpu)
         .min(div(free.millicpu, per.millicpu))
         .min(div(free.memory, per.memory))
+        .min(ext)
         .min(1024)
 }
 

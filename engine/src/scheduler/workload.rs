@@ -122,6 +122,11 @@ pub fn read_csv(path: &str, text: &str, config: &mut Config) -> Result<Vec<SimJo
                 checkpointed: checkpoint > 0,
                 flavor,
                 submitted: uint("submit", 0)?,
+                estimate: if get("estimate").is_empty() {
+                    None
+                } else {
+                    Some(uint("estimate", 0)?)
+                },
             },
             duration: uint("duration", 0)?,
             checkpoint_every: (checkpoint > 0).then_some(checkpoint),
@@ -203,6 +208,7 @@ pub fn from_spec(
                         checkpointed: j.checkpoint_every.is_some(),
                         flavor: j.flavor.clone(),
                         submitted: j.submit,
+                        estimate: j.estimate,
                     },
                     duration: j.duration,
                     checkpoint_every: j.checkpoint_every,
@@ -313,6 +319,7 @@ impl Generate {
                     checkpointed: self.checkpoint_every.is_some(),
                     flavor: None,
                     submitted: t.round() as u64,
+                    estimate: None,
                 },
                 duration,
                 checkpoint_every: self.checkpoint_every,

@@ -131,7 +131,15 @@ impl Pools {
                 .pools
                 .iter()
                 .zip(&config.prices)
-                .map(|(p, &(gpu_hour, cpu_hour))| (p.name.clone(), Price { gpu_hour, cpu_hour }))
+                .zip(&config.extended_prices)
+                .map(|((p, &(gpu_hour, cpu_hour)), extended_hour)| {
+                    let price = Price {
+                        gpu_hour,
+                        cpu_hour,
+                        extended_hour: extended_hour.clone(),
+                    };
+                    (p.name.clone(), price)
+                })
                 .collect(),
         }
     }
@@ -232,18 +240,30 @@ impl Service {
         } else {
             0
         };
-        let share = |pool: &str, price: Price, gpus: u64, millicpu: u64| Share {
+        let ask: Option<Ask> =
+            match &a.job {
+                Some(job) => Some(serde_json::from_str(job).map_err(|e| {
+                    corrupt(format!("{}: its request cannot be read ({e})", what()))
+                })?),
+                None => None,
+            };
+        let share = |pool: &str, price: Price, gpus: u64, millicpu: u64, workers: u64| Share {
             team: a.team.clone(),
             pool: pool.to_owned(),
             pipeline: a.pipeline.clone(),
             gpus,
             millicpu,
+            extended: ask
+                .iter()
+                .flat_map(|a| &a.extended)
+                .map(|(name, n)| (name.clone(), n * workers))
+                .collect(),
             price,
             start_ms,
             end_ms,
             lost_ms,
         };
-        let (Some(job), Some(nodes)) = (&a.job, &a.nodes) else {
+        let (Some(ask), Some(nodes)) = (&ask, &a.nodes) else {
             let gpus = a
                 .gpus
                 .as_deref()
@@ -252,11 +272,9 @@ impl Service {
                 .filter(|g| !g.trim().is_empty())
                 .count() as u64;
             let millicpu = u64::try_from(a.millicpu).unwrap_or(0);
-            out.push(share(LOCAL_POOL, Price::default(), gpus, millicpu));
+            out.push(share(LOCAL_POOL, Price::default(), gpus, millicpu, 1));
             return Ok(());
         };
-        let ask: Ask = serde_json::from_str(job)
-            .map_err(|e| corrupt(format!("{}: its request cannot be read ({e})", what())))?;
         let nodes: Vec<NodeRef> = serde_json::from_str(nodes)
             .map_err(|e| corrupt(format!("{}: its nodes cannot be read ({e})", what())))?;
         let pools = self.pools(&a.run_id, runs).await?;
@@ -277,7 +295,13 @@ impl Service {
         }
         for ((name, price), count) in pools.pools.iter().zip(workers) {
             if count > 0 {
-                out.push(share(name, *price, ask.gpu * count, ask.millicpu * count));
+                out.push(share(
+                    name,
+                    price.clone(),
+                    ask.gpu * count,
+                    ask.millicpu * count,
+                    count,
+                ));
             }
         }
         Ok(())

@@ -20,6 +20,8 @@ pub struct Pool {
     pub gpu: u32,
     pub millicpu: Option<u64>,
     pub memory: Option<u64>,
+    /// Extended resources per node, by name.
+    pub extended: BTreeMap<String, u64>,
     pub labels: BTreeMap<String, String>,
     /// On Kubernetes with `nodes` omitted: the nodes and their resources are known only once
     /// the cluster is read, so no step is refused for not fitting this pool.
@@ -107,6 +109,7 @@ fn read_pool(cx: &mut Cx<'_>, node: &Node, on_kubernetes: bool) -> Option<Pool> 
         gpu: 0,
         millicpu: None,
         memory: None,
+        extended: BTreeMap::new(),
         labels: BTreeMap::new(),
         from_cluster,
     };
@@ -122,6 +125,13 @@ fn read_pool(cx: &mut Cx<'_>, node: &Node, on_kubernetes: bool) -> Option<Pool> 
         if let Some(m) = res.get("memory") {
             let text = cx.text(m, "pools.resources.memory")?;
             pool.memory = super::units::parse_quantity(&text).ok().map(|b| b as u64);
+        }
+        for e in res.as_map().unwrap_or_default() {
+            if crate::scheduler::extended::is_name(&e.key)
+                && let Some(n) = cx.uint(&e.value, &format!("pools.resources.{}", e.key), 0)
+            {
+                pool.extended.insert(e.key.clone(), n);
+            }
         }
     }
     if let Some(labels) = node.get("labels").and_then(Node::as_map) {
@@ -146,6 +156,9 @@ fn workers_that_fit(step: &Step, pool: &Pool) -> u64 {
     }
     if let (Some(have), Some(want)) = (pool.memory, r.memory.filter(|m| *m > 0)) {
         per_node = per_node.min(have / want);
+    }
+    for (name, want) in r.extended.iter().filter(|(_, w)| **w > 0) {
+        per_node = per_node.min(pool.extended.get(name).copied().unwrap_or(0) / want);
     }
     per_node.saturating_mul(u64::from(pool.nodes))
 }
@@ -203,6 +216,31 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
             continue;
         }
         let r = &step.resources;
+        if let Some(name) = r
+            .extended
+            .iter()
+            .find(|(name, w)| **w > 0 && flavored.iter().all(|p| !p.extended.contains_key(*name)))
+            .map(|(name, _)| name)
+        {
+            let known: Vec<&str> = cap
+                .pools
+                .iter()
+                .flat_map(|p| p.extended.keys().map(String::as_str))
+                .collect();
+            let d = cx.d.error(
+                step.pos,
+                format!("step '{}': no pool has {name}", step.name),
+            );
+            d.suggest(name, known.iter().copied());
+            if d.help.is_empty() {
+                d.help(if known.is_empty() {
+                    "no pool of the cluster names an extended resource: add it to a pool's resources".to_owned()
+                } else {
+                    format!("the cluster's pools have: {}", known.join(", "))
+                });
+            }
+            continue;
+        }
         let best = flavored
             .iter()
             .map(|pool| (workers_that_fit(step, pool), pool))
@@ -219,7 +257,7 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
                     format!(
                         "step '{}': {workers} of {} {verb} not fit in any pool",
                         step.name,
-                        amounts(r.gpu, Some(r.millicpu), r.memory)
+                        amounts(r.gpu, Some(r.millicpu), r.memory, &r.extended)
                     ),
                 )
                 .help(format!(
@@ -227,7 +265,7 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
                     pool.name,
                     pool.nodes,
                     if pool.nodes == 1 { "" } else { "s" },
-                    amounts(pool.gpu, pool.millicpu, pool.memory),
+                    amounts(pool.gpu, pool.millicpu, pool.memory, &pool.extended),
                     if n == 1 { "" } else { "s" },
                 ));
             }
@@ -242,7 +280,12 @@ pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnost
 }
 
 /// `4 GPU, 1 CPU, 512Gi memory`: what a worker asks or a node has.
-fn amounts(gpu: u32, millicpu: Option<u64>, memory: Option<u64>) -> String {
+fn amounts(
+    gpu: u32,
+    millicpu: Option<u64>,
+    memory: Option<u64>,
+    extended: &BTreeMap<String, u64>,
+) -> String {
     let mut parts = Vec::new();
     if gpu > 0 {
         parts.push(format!("{gpu} GPU"));
@@ -261,6 +304,9 @@ fn amounts(gpu: u32, millicpu: Option<u64>, memory: Option<u64>) -> String {
         } else {
             parts.push(format!("{}Mi memory", bytes >> 20));
         }
+    }
+    for (name, n) in extended.iter().filter(|(_, n)| **n > 0) {
+        parts.push(format!("{n} {name}"));
     }
     if parts.is_empty() {
         "nothing".to_owned()

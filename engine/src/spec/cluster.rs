@@ -104,7 +104,7 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
             Vec::new()
         }
     };
-    let teams = spec
+    let teams: Vec<ClusterTeam> = spec
         .get("teams")
         .and_then(|t| {
             t.as_seq().or_else(|| {
@@ -114,6 +114,7 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
         })
         .map(|items| items.iter().filter_map(|i| team(cx, i, &pools)).collect())
         .unwrap_or_default();
+    extended_names(cx, spec, &pools, &teams);
     let mut priorities = vec![
         PriorityClass {
             name: "production".into(),
@@ -256,8 +257,15 @@ pub(super) fn one_of(
 
 /// `{gpu: 8, cpu: 96, memory: 1000Gi}`.
 fn quantities(cx: &mut Cx<'_>, node: &Node, field: &str) -> Option<Quantities> {
-    cx.fields(node, field, &["gpu", "cpu", "memory"])?;
+    let entries = cx.resource_fields(node, field, &["gpu", "cpu", "memory"])?;
     let mut q = Quantities::default();
+    for e in entries
+        .iter()
+        .filter(|e| crate::scheduler::extended::is_name(&e.key))
+    {
+        let n = cx.uint(&e.value, &format!("{field}.{}", e.key), 0)?;
+        q.extended.insert(e.key.clone(), n);
+    }
     if let Some(g) = node.get("gpu") {
         q.gpu = Some(u64::from(cx.u32(g, &format!("{field}.gpu"), 0)?));
     }
@@ -345,8 +353,17 @@ fn pool(cx: &mut Cx<'_>, node: &Node, on_kubernetes: bool) -> Option<ClusterPool
         .unwrap_or(false);
     let mut gpu_hour = 0.0;
     let mut cpu_hour = 0.0;
+    let mut extended_hour = BTreeMap::new();
     if let Some(p) = node.get("price") {
-        cx.fields(p, "pools.price", &["gpuHour", "cpuHour"]);
+        for e in cx
+            .resource_fields(p, "pools.price", &["gpuHour", "cpuHour"])
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| crate::scheduler::extended::is_name(&e.key))
+        {
+            let price = cx.number(&e.value, &format!("pools.price.{}", e.key));
+            extended_hour.insert(e.key.clone(), price.unwrap_or(0.0));
+        }
         if let Some(g) = p.get("gpuHour") {
             gpu_hour = cx.number(g, "pools.price.gpuHour").unwrap_or(0.0);
         }
@@ -367,6 +384,7 @@ fn pool(cx: &mut Cx<'_>, node: &Node, on_kubernetes: bool) -> Option<ClusterPool
         interruptible,
         gpu_hour,
         cpu_hour,
+        extended_hour,
         taints,
     })
 }
@@ -553,6 +571,57 @@ impl Default for SchedulingSpec {
             reclaim: true,
             across_below: None,
             grace_period: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Refuses a Cluster naming more extended resources than the scheduler counts
+/// ([`SLOTS`](crate::scheduler::extended::SLOTS)), and a quota or limit naming one that no
+/// pool declares (it could never be used; pools read from the cluster may have any).
+fn extended_names(cx: &mut Cx<'_>, spec: &Node, pools: &[ClusterPool], teams: &[ClusterTeam]) {
+    use crate::scheduler::extended::SLOTS;
+    fn add<'a>(names: &mut Vec<&'a str>, q: &'a Quantities) {
+        for n in q.extended.keys() {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
+            }
+        }
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for p in pools {
+        add(&mut names, &p.resources);
+    }
+    let in_pools = names.len();
+    let mut unknown: Vec<(&str, &str)> = Vec::new();
+    for t in teams {
+        for q in [&t.quota, &t.borrow_limit].into_iter().flatten() {
+            for n in q.extended.keys() {
+                if !names[..in_pools].contains(&n.as_str()) {
+                    unknown.push((&t.name, n));
+                }
+            }
+            add(&mut names, q);
+        }
+    }
+    if names.len() > SLOTS {
+        cx.d.error(
+            spec.pos,
+            format!(
+                "the Cluster names {} extended resources ({}); sluice schedules at most {SLOTS}",
+                names.len(),
+                names.join(", ")
+            ),
+        )
+        .help("keep the ones steps ask for; Kubernetes still runs pods needing others");
+    }
+    if !pools.iter().any(|p| p.from_cluster) {
+        for (team, extra) in unknown {
+            cx.d.error(
+                spec.pos,
+                format!("team '{team}': its quota or borrowLimit names {extra}, which no pool has"),
+            )
+            .suggest(extra, names[..in_pools].iter().copied())
+            .help("add it to the resources of the pools that have it");
         }
     }
 }

@@ -79,11 +79,42 @@ impl Cx<'_> {
         field: &str,
         allowed: &[&str],
     ) -> Option<&'n [Entry]> {
+        self.fields_and(node, field, allowed, false)
+    }
+
+    /// [`fields`](Self::fields) of a resource map (`resources`, `quota`, `borrowLimit`,
+    /// `price`): keys naming extended resources (`nvidia.com/mig-1g.10gb`) are allowed too.
+    /// `nvidia.com/gpu` is refused: it is `gpu`.
+    pub fn resource_fields<'n>(
+        &mut self,
+        node: &'n Node,
+        field: &str,
+        allowed: &[&str],
+    ) -> Option<&'n [Entry]> {
+        self.fields_and(node, field, allowed, true)
+    }
+
+    fn fields_and<'n>(
+        &mut self,
+        node: &'n Node,
+        field: &str,
+        allowed: &[&str],
+        extended: bool,
+    ) -> Option<&'n [Entry]> {
         let Some(entries) = node.as_map() else {
             self.expected(node, field, "a mapping");
             return None;
         };
         for e in entries {
+            if extended && crate::scheduler::extended::GPU_NAMES.contains(&e.key.as_str()) {
+                self.d
+                    .error(e.key_pos, format!("write 'gpu', not '{}', in {field}", e.key))
+                    .help("sluice counts GPUs as gpu: N and asks Kubernetes for nvidia.com/gpu itself");
+                continue;
+            }
+            if extended && crate::scheduler::extended::is_name(&e.key) {
+                continue;
+            }
             if !allowed.contains(&e.key.as_str()) {
                 let where_ = if field.is_empty() {
                     String::new()
@@ -106,6 +137,11 @@ impl Cx<'_> {
                 }
                 if d.help.is_empty() {
                     d.help(format!("expected one of: {}", allowed.join(", ")));
+                }
+                if extended && d.help.iter().all(|h| !h.contains("did you mean")) {
+                    d.help(
+                        "or an extended resource, named DOMAIN/NAME as on Kubernetes: nvidia.com/mig-1g.10gb",
+                    );
                 }
             }
         }

@@ -385,6 +385,9 @@ pub struct Resources {
     pub gpu: u32,
     pub workers: u32,
     pub flavor: Option<String>,
+    /// Extended resources per worker (`nvidia.com/mig-1g.10gb: 2`), by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, u64>,
 }
 
 impl Default for Resources {
@@ -395,6 +398,7 @@ impl Default for Resources {
             gpu: 0,
             workers: 1,
             flavor: None,
+            extended: BTreeMap::new(),
         }
     }
 }
@@ -553,11 +557,13 @@ impl Default for RuntimeSpec {
 }
 
 /// Resources as written: each may be absent.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Quantities {
     pub gpu: Option<u64>,
     pub millicpu: Option<u64>,
     pub memory: Option<u64>,
+    /// Extended resources named (`nvidia.com/mig-1g.10gb: 7`); those not named are absent.
+    pub extended: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -575,6 +581,8 @@ pub struct ClusterPool {
     pub interruptible: bool,
     pub gpu_hour: f64,
     pub cpu_hour: f64,
+    /// Price of one unit-hour of each extended resource (`price: {nvidia.com/mig-1g.10gb: 0.4}`).
+    pub extended_hour: BTreeMap<String, f64>,
     /// The nodes' taints, which the pool's pods tolerate on Kubernetes.
     pub taints: Vec<Taint>,
 }

@@ -169,6 +169,39 @@ pub fn decode(cx: &mut Cx<'_>, metadata: Metadata, spec: &Node) -> Pipeline {
 mod tests {
     use proptest::prelude::*;
 
+    /// Extended resources in `defaults` are merged key by key under a step's own.
+    #[test]
+    fn extended_resources_merge_with_the_defaults_key_by_key() {
+        let text = "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: p}\nspec:\n  \
+                    defaults:\n    resources: {nvidia.com/mig-1g.10gb: 1, cpu: 2}\n  steps:\n    \
+                    - {name: a, run: 'true'}\n    \
+                    - {name: b, run: 'true', resources: {nvidia.com/mig-1g.10gb: 3, example.com/fpga: 1}}\n";
+        let loaded = crate::spec::load("p.yaml", text.to_owned());
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        let p = loaded
+            .documents
+            .iter()
+            .find_map(|d| match d {
+                crate::spec::Document::Pipeline(p) => Some(p),
+                _ => None,
+            })
+            .expect("a pipeline");
+        let ext = |i: usize| {
+            p.steps[i]
+                .resources
+                .extended
+                .iter()
+                .map(|(k, v)| (k.as_str(), *v))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ext(0), [("nvidia.com/mig-1g.10gb", 1)]);
+        assert_eq!(
+            ext(1),
+            [("example.com/fpga", 1), ("nvidia.com/mig-1g.10gb", 3)]
+        );
+        assert_eq!(p.steps[1].resources.millicpu, 2000);
+    }
+
     /// References that are right in the pipeline below.
     const GOOD: &[&str] = &[
         "{{params.lr}}",

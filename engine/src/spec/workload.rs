@@ -76,6 +76,8 @@ pub struct JobSpec {
     pub interruptible: bool,
     pub checkpoint_every: Option<u64>,
     pub flavor: Option<String>,
+    /// Seconds it runs at most, as a user or history tells (EASY backfill); None: unknown.
+    pub estimate: Option<u64>,
 }
 
 /// `spec.generate`.
@@ -114,6 +116,7 @@ const JOB_FIELDS: &[&str] = &[
     "interruptible",
     "checkpointEvery",
     "flavor",
+    "estimate",
 ];
 
 const GENERATE_FIELDS: &[&str] = &[
@@ -249,6 +252,9 @@ fn job(cx: &mut Cx<'_>, node: &Node, i: usize) -> Option<JobSpec> {
     let checkpoint = opt(node
         .get("checkpointEvery")
         .map(|n| seconds(cx, n, &at("checkpointEvery"))));
+    let estimate = opt(node
+        .get("estimate")
+        .map(|n| seconds(cx, n, &at("estimate"))));
     let priority = match node.get("priority").map(|n| named(cx, n, &at("priority"))) {
         Some(None) => {
             ok = false;
@@ -291,6 +297,7 @@ fn job(cx: &mut Cx<'_>, node: &Node, i: usize) -> Option<JobSpec> {
         interruptible,
         checkpoint_every: checkpoint.filter(|c| *c > 0),
         flavor,
+        estimate,
     })
 }
 

@@ -56,11 +56,17 @@ pub fn job(
         o.remove("hostname");
         o.remove("nodeName");
     }
-    // Kueue counts requests: GPUs are asked for as requests as well as limits.
+    // Kueue counts requests: GPUs and extended resources are asked for as requests as well as
+    // limits (requests of CPU and memory are there already).
     if let Some(c) = spec["containers"].get_mut(0) {
-        let gpu = c["resources"]["limits"]["nvidia.com/gpu"].clone();
-        if !gpu.is_null() {
-            c["resources"]["requests"]["nvidia.com/gpu"] = gpu;
+        let limits = c["resources"]["limits"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for (name, n) in limits {
+            if name != "memory" && c["resources"]["requests"].get(&name).is_none() {
+                c["resources"]["requests"][name] = n;
+            }
         }
     }
     if !node_selector.is_empty() {
@@ -155,6 +161,7 @@ impl Kube {
             gpu: placement.gpu,
             millicpu: placement.millicpu,
             memory: placement.memory,
+            extended: &placement.extended,
             taints: pool.map_or(&[][..], |p| p.taints.as_slice()),
         };
         let selector = pool.map(|p| p.labels.clone()).unwrap_or_default();
@@ -386,6 +393,9 @@ mod tests {
             gpu: 2,
             millicpu: 500,
             memory: 0,
+            extended: &[("nvidia.com/mig-1g.10gb".to_owned(), 3)]
+                .into_iter()
+                .collect(),
             taints: &taints,
         };
         let selector = [("gpu".to_owned(), "a100".to_owned())]
@@ -431,6 +441,9 @@ mod tests {
         let r = &pod["containers"][0]["resources"];
         assert_eq!(r["limits"]["nvidia.com/gpu"], "2");
         assert_eq!(r["requests"]["nvidia.com/gpu"], "2");
+        // Extended resources too: Kueue counts requests.
+        assert_eq!(r["limits"]["nvidia.com/mig-1g.10gb"], "3");
+        assert_eq!(r["requests"]["nvidia.com/mig-1g.10gb"], "3");
         assert_eq!(r["requests"]["cpu"], "500m");
         let env = pod["containers"][0]["env"].as_array().expect("env");
         let key = env

@@ -48,6 +48,8 @@ pub struct WorkerPod<'a> {
     pub gpu: u32,
     pub millicpu: u64,
     pub memory: u64,
+    /// Extended resources (`nvidia.com/mig-1g.10gb`), asked for as limits like GPUs.
+    pub extended: &'a BTreeMap<String, u64>,
     /// The taints of the worker's pool, tolerated.
     pub taints: &'a [Taint],
 }
@@ -85,6 +87,9 @@ pub fn pod(w: &WorkerPod<'_>) -> Result<Pod, serde_json::Error> {
     let mut requests = serde_json::Map::new();
     if w.gpu > 0 {
         limits.insert("nvidia.com/gpu".into(), json!(w.gpu.to_string()));
+    }
+    for (name, n) in w.extended.iter().filter(|(_, n)| **n > 0) {
+        limits.insert(name.clone(), json!(n.to_string()));
     }
     if w.millicpu > 0 {
         requests.insert("cpu".into(), json!(format!("{}m", w.millicpu)));

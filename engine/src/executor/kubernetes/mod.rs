@@ -441,6 +441,7 @@ impl Executor for Kube {
                 gpu: placement.gpu,
                 millicpu: placement.millicpu,
                 memory: placement.memory,
+                extended: &placement.extended,
                 taints,
             })
             .map_err(|e| Error::Unavailable(format!("cannot write the pod: {e}")))?;

@@ -31,6 +31,8 @@ fn ask(gpu: u64, workers: u32) -> Ask {
         interruptible: false,
         checkpointed: true,
         flavor: None,
+        extended: Default::default(),
+        timeout_ms: None,
     }
 }
 

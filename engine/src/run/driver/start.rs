@@ -242,6 +242,7 @@ impl<E: Executor> Driver<E> {
                 millicpu: step.resources.millicpu,
                 memory: step.resources.memory.unwrap_or(0),
                 flavor: step.resources.flavor.clone(),
+                extended: step.resources.extended.clone(),
             }
         };
         let launched = self

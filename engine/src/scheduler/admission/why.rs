@@ -105,9 +105,5 @@ pub(super) fn workers_that_fit(per: Res, free: Res) -> u64 {
     if !per.fits_in(free) {
         return 0;
     }
-    let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
-    div(free.gpu, per.gpu)
-        .min(div(free.millicpu, per.millicpu))
-        .min(div(free.memory, per.memory))
-        .min(1024)
+    per.count_in(free).min(1024)
 }

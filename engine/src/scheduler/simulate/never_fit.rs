@@ -98,13 +98,10 @@ fn why_not(nodes: &[(Res, u64)], job: &Job) -> Option<Why> {
     if per == Res::ZERO {
         return None;
     }
-    let div = |f: u64, p: u64| f.checked_div(p).unwrap_or(u64::MAX);
     let mut room: u64 = 0;
     for (cap, n) in nodes {
         if per.fits_in(*cap) {
-            let each = div(cap.gpu, per.gpu)
-                .min(div(cap.millicpu, per.millicpu))
-                .min(div(cap.memory, per.memory));
+            let each = per.count_in(*cap);
             room = room.saturating_add(each.saturating_mul(*n));
         }
     }
@@ -172,6 +169,7 @@ mod tests {
                 checkpointed: false,
                 flavor: flavor.map(str::to_owned),
                 submitted: 0,
+                estimate: None,
             },
             duration: 1,
             checkpoint_every: None,

@@ -39,6 +39,7 @@ pub(super) fn sim(id: u64, submitted: u64, workers: u32, gpu: u64, duration: u64
             checkpointed: false,
             flavor: None,
             submitted,
+            estimate: None,
         },
         duration,
         checkpoint_every: None,

@@ -8,6 +8,7 @@ use super::admission::{self, free_of, usage_of};
 use super::*;
 
 mod against_reference;
+mod extended_resources;
 mod random;
 mod sequences;
 mod simulated;
@@ -29,12 +30,20 @@ fn team(name: &str, weight: f64, quota_gpu: u64, borrow: Option<u64>) -> Team {
     Team {
         name: name.into(),
         weight,
+        // As a Cluster file's quota `{gpu: N}` reads: what it does not name is not limited.
         quota: if quota_gpu > 0 {
-            Res::new(quota_gpu, u64::MAX, u64::MAX)
+            Res {
+                ext: [u32::MAX; extended::SLOTS],
+                ..Res::new(quota_gpu, u64::MAX, u64::MAX)
+            }
         } else {
             Res::ZERO
         },
-        borrow_limit: borrow.map(|b| Res::new(b, u64::MAX / 4, u64::MAX / 4)),
+        borrow_limit: borrow.map(|b| Res {
+            // Unlimited, as a Cluster file's borrowLimit `{gpu: N}` reads.
+            ext: [u32::MAX; extended::SLOTS],
+            ..Res::new(b, u64::MAX / 4, u64::MAX / 4)
+        }),
         quota_pools: None,
     }
 }
@@ -64,6 +73,7 @@ fn job(id: u64, team: usize, workers: u32, gpu: u64) -> Job {
         checkpointed: true,
         flavor: None,
         submitted: id,
+        estimate: None,
     }
 }
 
@@ -468,6 +478,52 @@ fn a_starving_gang_reserves_capacity_and_nothing_backfills_it() {
     let d = cycle(&c, &[], &[job(1, 0, 2, 4), job(2, 0, 1, 1)], &late);
     assert_eq!(admitted(&d).len(), 1, "{d:?}");
     assert!(admitted(&d).contains_key(&1), "{d:?}");
+}
+
+#[test]
+fn a_step_that_ends_before_the_reserved_nodes_drain_backfills_them() {
+    // EASY backfill. Two nodes of 4 GPUs; a 2-GPU step on node 0 runs at most 300 (its
+    // estimate); the 2 x 4 GPU gang has starved and reserves both nodes, which drain by 300.
+    let c = cluster(2, vec![team("t", 1.0, 0, None)]);
+    let mut long = job(10, 0, 1, 2);
+    long.estimate = Some(300);
+    let running = vec![Running {
+        job: long,
+        nodes: vec![0],
+        started: 0,
+        work_at_risk: 0,
+    }];
+    let small = |id: u64, estimate: Option<u64>| Job {
+        submitted: 150,
+        estimate,
+        ..job(id, 0, 1, 1)
+    };
+    let settings = Settings {
+        starvation_limit: Some(100),
+        now: 200,
+        ..Settings::default()
+    };
+    let queue = [
+        job(1, 0, 2, 4),
+        small(2, Some(50)),  // ends by 250: backfills
+        small(3, Some(100)), // ends by 300, as the nodes drain: backfills
+        small(4, Some(500)), // would end at 700: waits
+        small(5, None),      // nobody knows: waits
+    ];
+    let d = cycle(&c, &running, &queue, &settings);
+    let a = admitted(&d);
+    assert!(a.contains_key(&2) && a.contains_key(&3), "{d:?}");
+    assert!(
+        !a.contains_key(&1) && !a.contains_key(&4) && !a.contains_key(&5),
+        "{d:?}"
+    );
+    assert!(reason(&d, 4).contains("reserved for step 1"), "{d:?}");
+    assert!(reason(&d, 5).contains("reserved for step 1"), "{d:?}");
+    // A step on the reserved nodes whose end nobody knows: no backfill at all.
+    let mut unknown = running.clone();
+    unknown[0].job.estimate = None;
+    let d = cycle(&c, &unknown, &queue, &settings);
+    assert!(admitted(&d).is_empty(), "{d:?}");
 }
 
 /// Two nodes of 4 GPUs, one 1-GPU step running on node 1 since time `started`.

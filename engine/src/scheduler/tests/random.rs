@@ -21,7 +21,7 @@ pub(super) fn cases(n: u32) -> ProptestConfig {
 
 pub(super) fn arb_cluster() -> impl Strategy<Value = Cluster> {
     (
-        prop::collection::vec((1u64..=8, any::<bool>(), 0usize..2), 1..8),
+        prop::collection::vec((1u64..=8, any::<bool>(), any::<bool>()), 1..8),
         prop::collection::vec(
             (1u32..=3, 0u64..=8, prop::option::of(0u64..=8), 0u8..6),
             1..4,
@@ -31,9 +31,11 @@ pub(super) fn arb_cluster() -> impl Strategy<Value = Cluster> {
             pools: vec![pool("on-demand", "a", false), pool("spot", "b", true)],
             nodes: nodes
                 .iter()
-                .map(|&(gpu, spot, _)| Node {
+                .map(|&(gpu, spot, mig)| Node {
                     pool: usize::from(spot),
-                    capacity: Res::new(gpu, 16_000 * gpu, 64 * GI * gpu),
+                    // Some nodes also have MIG slices (an extended resource).
+                    capacity: Res::new(gpu, 16_000 * gpu, 64 * GI * gpu)
+                        .with_ext(super::extended_resources::mig(), if mig { 7 } else { 0 }),
                 })
                 .collect(),
             teams: teams
@@ -56,18 +58,36 @@ pub(super) fn arb_cluster() -> impl Strategy<Value = Cluster> {
 
 pub(super) fn arb_jobs(n_teams: usize, base: u64) -> impl Strategy<Value = Vec<Job>> {
     prop::collection::vec(
-        (0..n_teams, 1u32..=4, 0u64..=4, any::<bool>(), 0i64..3),
+        (
+            (
+                0..n_teams,
+                1u32..=4,
+                0u64..=4,
+                any::<bool>(),
+                0i64..3,
+                0u64..=7,
+            ),
+            prop::option::of(1u64..600),
+        ),
         0..20,
     )
     .prop_map(move |v| {
         v.into_iter()
             .enumerate()
-            .map(|(i, (team, workers, gpu, inter, prio))| {
-                let mut j = job(base + i as u64, team, workers, gpu);
-                j.interruptible = inter;
-                j.priority = prio * 100;
-                j
-            })
+            .map(
+                |(i, ((team, workers, gpu, inter, prio, slices), estimate))| {
+                    let mut j = job(base + i as u64, team, workers, gpu);
+                    // Half know how long they run at most (EASY backfill).
+                    j.estimate = estimate;
+                    // About a third ask for 1 to 3 MIG slices per worker.
+                    j.per_worker = j
+                        .per_worker
+                        .with_ext(super::extended_resources::mig(), slices.saturating_sub(4));
+                    j.interruptible = inter;
+                    j.priority = prio * 100;
+                    j
+                },
+            )
             .collect()
     })
 }
@@ -190,6 +210,8 @@ proptest! {
             prop_assert!(s.submitted + limit <= settings.now);
             prop_assert!(admission::could_ever_start(&c, s, &settings), "step {} can never start", s.id);
             let reserved = admission::reservation_for(&c, &running, &free_of(&c, &running), s, &settings);
+            // EASY backfill: a step ending before the reserved nodes drain may use them.
+            let shadow = admission::shadow_of(&running, &reserved, settings.now);
             // Those that could preempt it anyway may start there.
             let preempts = |j: &Job| {
                 if j.team == s.team {
@@ -204,6 +226,7 @@ proptest! {
                     && by_id[job].per_worker != Res::ZERO
                     && *job != s.id
                     && !preempts(by_id[job])
+                    && !admission::ends_before(by_id[job], shadow, settings.now)
                 {
                     prop_assert!(nodes.iter().all(|n| !reserved.contains(n)),
                         "step {} started on nodes {:?} reserved for step {}", job, nodes, s.id);

@@ -406,6 +406,13 @@ proptest! {
             .zip(&lasts)
             .map(|(r, l)| (r.job.id, *l))
             .collect();
+        // Estimates are upper bounds (a step's timeout stops it): those that have one run at
+        // most that long, here exactly.
+        for r in &mut running {
+            if r.job.estimate.is_some() {
+                r.job.estimate = Some(ends[&r.job.id]);
+            }
+        }
         let all_ended = 150 + running.iter().map(|r| ends[&r.job.id]).max().unwrap_or(0);
         // Then small long steps arrive, one every 5.
         let arrivals: Vec<Job> = arrivals
@@ -414,7 +421,10 @@ proptest! {
             .map(|(i, mut j)| {
                 j.submitted = t0 + 5 * i as u64;
                 j.priority = j.priority.min(100);
-                ends.insert(j.id, 100_000);
+                // Long ones, and short ones that say so (which may backfill the reservation).
+                let lasts = if j.estimate.is_some() && i % 2 == 0 { 20 } else { 100_000 };
+                j.estimate = j.estimate.map(|_| lasts);
+                ends.insert(j.id, lasts);
                 j
             })
             .collect();

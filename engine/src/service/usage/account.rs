@@ -30,10 +30,12 @@ impl Key {
 
 /// What a pool charges (a Cluster's `pools[].price`); zero where none is given, and for the
 /// machine's own pool (`local`) of runs without a Cluster.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Price {
     pub gpu_hour: f64,
     pub cpu_hour: f64,
+    /// Per unit-hour of each extended resource, by name.
+    pub extended_hour: BTreeMap<String, f64>,
 }
 
 /// One attempt's hold on one pool: all of its workers placed on that pool's nodes (or, without
@@ -45,6 +47,8 @@ pub struct Share {
     pub pipeline: String,
     pub gpus: u64,
     pub millicpu: u64,
+    /// Extended resources held, by name (all the share's workers).
+    pub extended: BTreeMap<String, u64>,
     pub price: Price,
     /// Unix ms: when the attempt started, and when it ended (a running one: now).
     pub start_ms: i64,
@@ -76,6 +80,9 @@ pub struct Figures {
     pub cpu_hours: f64,
     pub cost: f64,
     pub wasted_gpu_hours: f64,
+    /// Unit-hours of each extended resource held (`nvidia.com/mig-1g.10gb`); absent when none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended_hours: BTreeMap<String, f64>,
 }
 
 /// One group: the values of its `--by` keys (the others absent), and its figures.
@@ -100,29 +107,39 @@ pub struct Usage {
 }
 
 /// Integer sums, turned into hours once at the end.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Sums {
     gpu_ms: u128,
     millicpu_ms: u128,
     wasted_gpu_ms: u128,
+    extended_ms: BTreeMap<String, u128>,
     cost: f64,
 }
 
+const HOUR_MS: f64 = 3_600_000.0;
+
 impl Sums {
-    fn add(&mut self, o: Sums) {
+    fn add(&mut self, o: &Sums) {
         self.gpu_ms += o.gpu_ms;
         self.millicpu_ms += o.millicpu_ms;
         self.wasted_gpu_ms += o.wasted_gpu_ms;
+        for (name, ms) in &o.extended_ms {
+            *self.extended_ms.entry(name.clone()).or_default() += ms;
+        }
         self.cost += o.cost;
     }
 
-    fn figures(self) -> Figures {
-        const HOUR_MS: f64 = 3_600_000.0;
+    fn figures(&self) -> Figures {
         Figures {
             gpu_hours: self.gpu_ms as f64 / HOUR_MS,
             cpu_hours: self.millicpu_ms as f64 / 1000.0 / HOUR_MS,
             cost: self.cost,
             wasted_gpu_hours: self.wasted_gpu_ms as f64 / HOUR_MS,
+            extended_hours: self
+                .extended_ms
+                .iter()
+                .map(|(name, ms)| (name.clone(), *ms as f64 / HOUR_MS))
+                .collect(),
         }
     }
 }
@@ -168,17 +185,25 @@ pub fn account(shares: &[Share], window: Window, by: &[Key]) -> Usage {
             continue;
         }
         let ms = held as u128;
-        let sums = Sums {
+        let mut sums = Sums {
             gpu_ms: u128::from(s.gpus) * ms,
             millicpu_ms: u128::from(s.millicpu) * ms,
             wasted_gpu_ms: u128::from(s.gpus) * lost as u128,
+            extended_ms: s
+                .extended
+                .iter()
+                .map(|(name, n)| (name.clone(), u128::from(*n) * ms))
+                .collect(),
             cost: 0.0,
         };
         let hours = sums.figures();
-        let sums = Sums {
-            cost: hours.gpu_hours * s.price.gpu_hour + hours.cpu_hours * s.price.cpu_hour,
-            ..sums
-        };
+        sums.cost = hours.gpu_hours * s.price.gpu_hour
+            + hours.cpu_hours * s.price.cpu_hour
+            + hours
+                .extended_hours
+                .iter()
+                .map(|(name, h)| h * s.price.extended_hour.get(name).copied().unwrap_or(0.0))
+                .sum::<f64>();
         let key = |k: Key, v: &String| by.contains(&k).then(|| v.clone());
         groups
             .entry((
@@ -187,8 +212,8 @@ pub fn account(shares: &[Share], window: Window, by: &[Key]) -> Usage {
                 key(Key::Pipeline, &s.pipeline),
             ))
             .or_default()
-            .add(sums);
-        total.add(sums);
+            .add(&sums);
+        total.add(&sums);
     }
     Usage {
         rows: groups
@@ -218,6 +243,7 @@ mod tests {
             pipeline: pipeline.into(),
             gpus,
             millicpu,
+            extended: BTreeMap::new(),
             price: Price::default(),
             start_ms: 0,
             end_ms: H,
@@ -226,7 +252,11 @@ mod tests {
     }
 
     fn priced(mut s: Share, gpu_hour: f64, cpu_hour: f64) -> Share {
-        s.price = Price { gpu_hour, cpu_hour };
+        s.price = Price {
+            gpu_hour,
+            cpu_hour,
+            extended_hour: BTreeMap::new(),
+        };
         s
     }
 

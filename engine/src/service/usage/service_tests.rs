@@ -184,12 +184,14 @@ async fn pools_prices_lost_work_and_running_attempts_give_exact_figures() {
         cpu_hours: 9.0,
         cost: 4.5 * 2.5 + 9.0 * 0.04,
         wasted_gpu_hours: 1.0 / 6.0,
+        extended_hours: Default::default(),
     };
     let spot = Figures {
         gpu_hours: 6.5,
         cpu_hours: 13.0,
         cost: 6.5,
         wasted_gpu_hours: 1.0 / 6.0,
+        extended_hours: Default::default(),
     };
     assert_eq!(pools, [("a100", &a100), ("spot", &spot)]);
     assert_eq!(u.total.gpu_hours, 11.0);
@@ -246,7 +248,8 @@ async fn without_a_cluster_attempts_are_on_the_free_local_pool() {
             gpu_hours: 1.0,
             cpu_hours: 1.5,
             cost: 0.0,
-            wasted_gpu_hours: 1.0
+            wasted_gpu_hours: 1.0,
+            extended_hours: Default::default(),
         }
     );
 }

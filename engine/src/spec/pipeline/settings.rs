@@ -23,6 +23,9 @@ pub(super) struct Settings {
     pub(super) gpu: Option<u32>,
     pub(super) workers: Option<u32>,
     pub(super) flavor: Option<String>,
+    /// Extended resources per worker, by name: merged key by key, a step's own over the
+    /// defaults'.
+    pub(super) extended: BTreeMap<String, u64>,
     pub(super) retry_limit: Option<u32>,
     pub(super) retry_backoff: Option<Duration>,
     pub(super) retry_factor: Option<f64>,
@@ -50,6 +53,11 @@ impl Settings {
             gpu: self.gpu.or(defaults.gpu),
             workers: self.workers.or(defaults.workers),
             flavor: self.flavor.or_else(|| defaults.flavor.clone()),
+            extended: {
+                let mut e = defaults.extended.clone();
+                e.extend(self.extended);
+                e
+            },
             retry_limit: self.retry_limit.or(defaults.retry_limit),
             retry_backoff: self.retry_backoff.or(defaults.retry_backoff),
             retry_factor: self.retry_factor.or(defaults.retry_factor),
@@ -157,7 +165,7 @@ fn read_env(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str, scope: Sco
 }
 
 fn read_resources(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
-    let Some(entries) = cx.fields(v, field, RESOURCE_FIELDS) else {
+    let Some(entries) = cx.resource_fields(v, field, RESOURCE_FIELDS) else {
         return;
     };
     for e in entries {
@@ -169,6 +177,11 @@ fn read_resources(cx: &mut Cx<'_>, s: &mut Settings, v: &Node, field: &str) {
             "gpu" => s.gpu = cx.u32(v, &f, 0),
             "workers" => s.workers = cx.u32(v, &f, 1),
             "flavor" => s.flavor = cx.plain_string(v, &f),
+            k if crate::scheduler::extended::is_name(k) => {
+                if let Some(n) = cx.uint(v, &f, 0) {
+                    s.extended.insert(k.to_owned(), n);
+                }
+            }
             _ => {}
         }
     }

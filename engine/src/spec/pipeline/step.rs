@@ -215,6 +215,7 @@ pub(super) fn decode_step(
             gpu: s.gpu.unwrap_or(0),
             workers: s.workers.unwrap_or(1),
             flavor: s.flavor,
+            extended: s.extended,
         },
         outputs,
         retry: Retry {

@@ -115,7 +115,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// A Ready node from `NAME:gpu=8,cpu=16,memory=64Gi[,label.KEY=VALUE...]`.
+/// A Ready node from `NAME:gpu=8,cpu=16,memory=64Gi[,DOMAIN/NAME=N...][,label.KEY=VALUE...]`.
 pub fn node_from_spec(spec: &str) -> Result<Value, String> {
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
     if name.is_empty() {
@@ -130,6 +130,8 @@ pub fn node_from_spec(spec: &str) -> Result<Value, String> {
         match k {
             "gpu" => resources["nvidia.com/gpu"] = json!(v),
             "cpu" | "memory" | "pods" | "ephemeral-storage" => resources[k] = json!(v),
+            // Extended resources (`nvidia.com/mig-1g.10gb=7`), as device plugins report them.
+            _ if k.contains('/') => resources[k] = json!(v),
             _ => match k.strip_prefix("label.") {
                 Some(label) => labels[label] = json!(v),
                 None => return Err(format!("node spec {spec:?}: unknown key {k:?}")),

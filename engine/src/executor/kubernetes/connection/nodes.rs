@@ -22,6 +22,10 @@ pub struct NodeState {
     pub cordoned: bool,
     /// `status.allocatable`: GPUs (`nvidia.com/gpu`), CPU, memory.
     pub allocatable: Res,
+    /// `status.allocatable`'s extended resources (`nvidia.com/mig-1g.10gb`), by name: given
+    /// their slots when the scheduler reads the node, since a step may name one after the
+    /// node was seen.
+    pub extended: BTreeMap<String, u64>,
 }
 
 impl Connection {
@@ -50,6 +54,7 @@ impl Connection {
                         gone: true,
                         cordoned: true,
                         allocatable: Res::ZERO,
+                        extended: BTreeMap::new(),
                     },
                 );
             }
@@ -84,6 +89,7 @@ fn node_state(n: &Node, before: Option<(String, Instant)>) -> NodeState {
         gone: false,
         cordoned: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
         allocatable: allocatable(n),
+        extended: extended(n),
     }
 }
 
@@ -105,15 +111,37 @@ fn allocatable(n: &Node) -> Res {
     )
 }
 
+/// A node's allocatable extended resources (counts; one that cannot be read counts as none).
+fn extended(n: &Node) -> BTreeMap<String, u64> {
+    let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) else {
+        return BTreeMap::new();
+    };
+    a.iter()
+        .filter(|(name, _)| crate::scheduler::extended::is_name(name))
+        .map(|(name, q)| {
+            let v = crate::spec::units::parse_quantity(&q.0).unwrap_or(0.0);
+            (name.clone(), v.max(0.0) as u64)
+        })
+        .collect()
+}
+
 /// The nodes of pools read from the cluster follow this connection's node watch.
 impl NodeSource for Connection {
     fn each_node(&self, each: &mut dyn FnMut(LiveNode<'_>)) {
         let seen = self.seen();
         for (name, n) in &seen.nodes {
+            // Only resources some step or the Cluster named have slots: the others are not
+            // scheduled.
+            let mut allocatable = n.allocatable;
+            for (name, v) in &n.extended {
+                if let Some(i) = crate::scheduler::extended::lookup(name) {
+                    allocatable.ext[i] = crate::scheduler::extended::amount(*v);
+                }
+            }
             each(LiveNode {
                 name,
                 labels: &n.labels,
-                allocatable: n.allocatable,
+                allocatable,
                 schedulable: !n.gone && !n.cordoned && n.not_ready.is_none(),
             });
         }
