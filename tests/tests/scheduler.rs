@@ -536,3 +536,56 @@ spec:
     std::fs::write(sb.path().join("release"), "").expect("release");
     assert!(wait::status(&mut sweep, "sluice run sweep.yaml").success());
 }
+
+/// EASY backfill: a gang past `starvationLimit` reserves the node; a step whose `timeout` ends
+/// before what runs there will have ended (its own `timeout`) starts on it meanwhile, and a
+/// step with no timeout waits for the gang.
+#[test]
+fn a_step_with_a_timeout_backfills_a_starving_gangs_node_and_one_without_waits() {
+    let sb = Sandbox::new("sched-easy");
+    sb.write(
+        "cluster.yaml",
+        r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 1
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+  teams:
+    - {name: vision}
+  scheduling:
+    starvationLimit: 1s
+"#,
+    );
+    // hold: 2 GPUs for 3 s (at most 60 s). big: all 4 GPUs, starving after 1 s. After a
+    // 2 s pause, quick (at most 20 s, ending well before hold's 60 s) and slow (no timeout).
+    let step = |name: &str, gpu: u32, timeout: &str, needs: &str, secs: f64| {
+        format!(
+            "    - name: {name}\n      resources: {{gpu: {gpu}}}\n{timeout}{needs}      run: {start}; sleep {secs}\n",
+            start = note(&format!("{name}-start"), ""),
+        )
+    };
+    let pipeline = format!(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: easy, team: vision}}\nspec:\n  steps:\n{}{}{}{}{}",
+        step("hold", 2, "      timeout: 60s\n", "", 3.0),
+        step("big", 4, "", "", 0.1),
+        step("pause", 0, "", "", 2.0),
+        step("quick", 1, "      timeout: 20s\n", "      needs: [pause]\n", 0.1),
+        step("slow", 1, "", "      needs: [pause]\n", 0.1),
+    );
+    sb.write("easy.yaml", &pipeline);
+    let out = sb.run(&["run", "easy.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let log = log(&sb);
+    let at = |w: &str| {
+        *times(&log, &format!("{w}-start"))
+            .first()
+            .unwrap_or_else(|| panic!("{w} started: {log:?}"))
+    };
+    // big waited for hold; quick started on the reserved node before big, slow only after.
+    assert!(at("big") >= at("hold"), "{log:?}");
+    assert!(at("quick") < at("big"), "quick backfilled: {log:?}");
+    assert!(at("slow") >= at("big"), "slow waited for the gang: {log:?}");
+}
