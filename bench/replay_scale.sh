@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 18's replay at scale: 1,250 nodes x 8 GPUs (10,000 GPUs), 1,000 teams, jobs offered at
 # 1.5x the cluster's capacity, gangs of 1-16 workers of 1-8 GPUs (seed 1, fixed), fair policy,
-# without and with `starvationLimit: 30m`. Targets: 1,000,000 jobs under 60 s and 2 GiB each.
+# without and with `starvationLimit: 30m`, and with it plus EASY backfill (each job's estimate
+# twice its run time, as a timeout with that much slack). Targets: 1,000,000 jobs under 60 s and 2 GiB each.
 # Each replay runs in its own process (its own peak RSS) and is stopped after TIMEOUT seconds
 # (default 600), reported as "> TIMEOUT".
 #
@@ -16,10 +17,13 @@ sizes=("$@")
 echo "| jobs | starvationLimit | cycles | replay s | peak RSS MiB | GPU util | wait p95 s |"
 echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"
 for n in "${sizes[@]}"; do
-  for starve in none 1800; do
+  for starve in none 1800 easy; do
     args=("$n" 1.5 fair 16)
-    [ "$starve" = none ] || args+=("$starve")
-    label=$([ "$starve" = none ] && echo none || echo 30m)
+    case "$starve" in
+      none) label=none ;;
+      1800) args+=(1800); label=30m ;;
+      easy) args+=(1800 2x); label="30m + EASY (2x)" ;;
+    esac
     if out=$(timeout "$limit" "$bin" "${args[@]}"); then
       echo "$out" | awk -v s="$label" '{
         for (i = 1; i <= NF; i++) { split($i, p, "="); v[p[1]] = p[2] }
