@@ -572,7 +572,13 @@ spec:
         step("hold", 2, "      timeout: 60s\n", "", 3.0),
         step("big", 4, "", "", 0.1),
         step("pause", 0, "", "", 2.0),
-        step("quick", 1, "      timeout: 20s\n", "      needs: [pause]\n", 0.1),
+        step(
+            "quick",
+            1,
+            "      timeout: 20s\n",
+            "      needs: [pause]\n",
+            0.1
+        ),
         step("slow", 1, "", "      needs: [pause]\n", 0.1),
     );
     sb.write("easy.yaml", &pipeline);
