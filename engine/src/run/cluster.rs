@@ -275,8 +275,19 @@ impl Scheduling {
         }
         let base = held.len() as u64;
         let mut jobs = Vec::with_capacity(waiting.len());
+        // Steps naming an extended resource past the slots the process counts never fit: they
+        // wait, saying so, without asking the scheduler.
+        let mut uncounted = Vec::new();
         for (i, c) in waiting.iter().enumerate() {
             if let Ok(ask) = serde_json::from_str::<Ask>(&c.job) {
+                if let Some(name) = ask
+                    .extended
+                    .keys()
+                    .find(|n| crate::scheduler::extended::slot(n).is_none())
+                {
+                    uncounted.push((c, name.clone()));
+                    continue;
+                }
                 let submitted = u64::try_from(c.since).unwrap_or(0);
                 jobs.push(job(&mut table.config, base + i as u64, &ask, submitted));
             }
@@ -288,6 +299,21 @@ impl Scheduling {
         let mut verdicts = Verdicts::new();
         for c in waiting {
             verdicts.entry(c.run_id.clone()).or_default();
+        }
+        for (c, name) in uncounted {
+            if let Some(verdict) = verdicts.get_mut(&c.run_id) {
+                let counted: Vec<String> = (0..crate::scheduler::extended::SLOTS)
+                    .filter_map(crate::scheduler::extended::name)
+                    .collect();
+                verdict.wait.push((
+                    c.step.clone(),
+                    format!(
+                        "waiting: it asks for {name}, and this server already schedules {} extended resources ({}), the most it counts",
+                        counted.len(),
+                        counted.join(", ")
+                    ),
+                ));
+            }
         }
         for d in decisions {
             match d {

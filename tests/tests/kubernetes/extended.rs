@@ -69,3 +69,47 @@ fn mig_slices_from_the_nodes_allocatable_are_placed_and_become_pod_limits() {
         .collect();
     assert_eq!(nodes, ["mig-a", "mig-a"], "{all}");
 }
+
+#[test]
+fn a_fifth_extended_resource_waits_saying_the_server_counts_four() {
+    let k = Cluster::start_nodes(
+        "k8s-ext5",
+        &[
+            "many:gpu=0,cpu=16,memory=64Gi,example.com/r1=1,example.com/r2=1,example.com/r3=1,example.com/r4=1,example.com/r5=1,label.pool=gpu",
+        ],
+        0,
+        "",
+    );
+    let release = k.sb.path().join("release");
+    let listed: String = (1..=5)
+        .map(|i| {
+            format!(
+                "    - name: s{i}\n      resources: {{example.com/r{i}: 1, cpu: 1}}\n      env: {{RELEASE: \"{{{{params.release}}}}\"}}\n      run: while [ ! -e \"$RELEASE\" ]; do sleep 0.05; done\n"
+            )
+        })
+        .collect();
+    let source = format!(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: many}}\nspec:\n  params:\n    release: {{type: string}}\n  steps:\n{listed}"
+    );
+    let id = k.submit(&source, &[&format!("release={}", release.display())]);
+    let mut queued: Vec<(String, String)> = Vec::new();
+    wait_run(
+        &k,
+        &id,
+        "four steps running and one waiting for a slot",
+        || {
+            let run = k.run(&id);
+            let all = steps(&run);
+            queued = all
+                .iter()
+                .filter(|(_, s)| s["state"] == "Queued")
+                .map(|(n, s)| (n.clone(), s["reason"].as_str().unwrap_or("").to_owned()))
+                .collect();
+            all.values().filter(|s| s["state"] == "Running").count() == 4
+                && queued.len() == 1
+                && queued[0].1.contains("the most it counts")
+        },
+    );
+    assert!(queued[0].1.contains("4 extended resources"), "{queued:?}");
+    std::fs::write(&release, "").expect("release");
+}
