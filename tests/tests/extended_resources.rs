@@ -119,6 +119,14 @@ fn steps_asking_for_slices_never_take_more_than_the_node_has_and_are_priced() {
     );
     let cost = u["total"]["cost"].as_f64().expect("a cost");
     assert!((cost - 0.5 * slice_hours).abs() < 1e-6, "cost {cost}: {u}");
+    // The table has a column for them.
+    let table = sb.run(&["usage"]);
+    assert_eq!(table.code, Some(0), "usage: {}", table.stderr);
+    assert!(
+        table.stdout.contains(&format!("{MIG} HOURS")),
+        "{}",
+        table.stdout
+    );
 }
 
 #[test]

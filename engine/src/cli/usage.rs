@@ -56,7 +56,8 @@ pub async fn run(home: &Home, args: &Args, format: Format) -> Result<Outcome, Er
 }
 
 /// The groups as an aligned table, key columns first (in team, pool, pipeline order, as the
-/// rows are sorted), then the total line.
+/// rows are sorted), then the figures, then one `NAME HOURS` column per extended resource used
+/// (`nvidia.com/mig-1g.10gb HOURS`), then the total line.
 pub fn write_table(out: &mut dyn Write, by: &[Key], u: &Usage) -> std::io::Result<()> {
     let keys: Vec<Key> = Key::ALL.into_iter().filter(|k| by.contains(k)).collect();
     let value = |r: &usage::UsageGroup, k: Key| -> String {
@@ -67,6 +68,7 @@ pub fn write_table(out: &mut dyn Write, by: &[Key], u: &Usage) -> std::io::Resul
         }
         .unwrap_or_default()
     };
+    let extended: Vec<&String> = u.total.extended_hours.keys().collect();
     let numbers = |f: &Figures| {
         [
             format!("{:.3}", f.gpu_hours),
@@ -74,13 +76,24 @@ pub fn write_table(out: &mut dyn Write, by: &[Key], u: &Usage) -> std::io::Resul
             format!("{:.2}", f.cost),
             format!("{:.3}", f.wasted_gpu_hours),
         ]
+        .into_iter()
+        .chain(
+            extended
+                .iter()
+                .map(|name| format!("{:.3}", f.extended_hours.get(*name).copied().unwrap_or(0.0))),
+        )
+        .collect::<Vec<String>>()
     };
-    const HEADS: [&str; 4] = ["GPU-HOURS", "CPU-HOURS", "COST", "WASTED GPU-HOURS"];
+    let heads: Vec<String> = ["GPU-HOURS", "CPU-HOURS", "COST", "WASTED GPU-HOURS"]
+        .iter()
+        .map(|h| (*h).to_owned())
+        .chain(extended.iter().map(|name| format!("{name} HOURS")))
+        .collect();
     let mut table: Vec<Vec<String>> = Vec::with_capacity(u.rows.len() + 2);
     table.push(
         keys.iter()
             .map(|k| k.as_str().to_uppercase())
-            .chain(HEADS.iter().map(|h| (*h).to_owned()))
+            .chain(heads.iter().cloned())
             .collect(),
     );
     for r in &u.rows {
@@ -96,7 +109,7 @@ pub fn write_table(out: &mut dyn Write, by: &[Key], u: &Usage) -> std::io::Resul
         *first = "total".into();
     }
     table.push(total.into_iter().chain(numbers(&u.total)).collect());
-    let columns = keys.len() + HEADS.len();
+    let columns = keys.len() + heads.len();
     let widths: Vec<usize> = (0..columns)
         .map(|c| table.iter().map(|row| row[c].len()).max().unwrap_or(0))
         .collect();
@@ -168,6 +181,46 @@ TEAM    POOL       GPU-HOURS  CPU-HOURS   COST  WASTED GPU-HOURS
 nlp     a100           1.500      1.000   3.75             0.250
 vision  h100-spot     12.000      1.000  13.20             0.250
 total                 13.500      2.000  16.95             0.500
+"
+        );
+    }
+
+    #[test]
+    fn extended_resources_used_get_a_column_each() {
+        let mig = "nvidia.com/mig-1g.10gb".to_owned();
+        let with = |h: f64| Figures {
+            extended_hours: [(mig.clone(), h)].into_iter().collect(),
+            ..figures(0.0, 0.5)
+        };
+        let u = Usage {
+            rows: vec![
+                UsageGroup {
+                    team: Some("nlp".into()),
+                    figures: figures(1.0, 2.0),
+                    ..UsageGroup::default()
+                },
+                UsageGroup {
+                    team: Some("serving".into()),
+                    figures: with(3.5),
+                    ..UsageGroup::default()
+                },
+            ],
+            total: Figures {
+                gpu_hours: 1.0,
+                cost: 2.5,
+                ..with(3.5)
+            },
+        };
+        let mut out = Vec::new();
+        write_table(&mut out, &[Key::Team], &u).expect("writes");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert_eq!(
+            text,
+            "\
+TEAM     GPU-HOURS  CPU-HOURS  COST  WASTED GPU-HOURS  nvidia.com/mig-1g.10gb HOURS
+nlp          1.000      1.000  2.00             0.250                         0.000
+serving      0.000      1.000  0.50             0.250                         3.500
+total        1.000      1.000  2.50             0.250                         3.500
 "
         );
     }
