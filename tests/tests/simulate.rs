@@ -392,3 +392,76 @@ fn jobs_writes_each_jobs_story_per_policy_matching_the_summary() {
         }
     }
 }
+
+/// Workload columns beyond the contract's: `DOMAIN/NAME` (extended resources per worker) and
+/// `estimate` (EASY backfill), read from the CSV and from `kind: Workload` jobs alike.
+#[test]
+fn slices_and_estimates_in_a_workload_are_scheduled() {
+    let tmp = TempDir::new("simulate-ext");
+    let cluster = tmp.write(
+        "c.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: mig, nodes: 1, resources: {gpu: 4, nvidia.com/mig-1g.10gb: 7, cpu: 32}}\n  teams: [{name: t}]\n  scheduling: {starvationLimit: 10m}\n",
+    );
+    // a and b take 4 of 7 slices each: b waits for a (100 s). gang (4 GPUs) waits for hold
+    // (2 GPUs, 2000 s) and starves; quick (1 GPU, estimate 500 s) backfills its node, slow
+    // (no estimate) waits for the gang.
+    let csv = tmp.write(
+        "w.csv",
+        "submit,team,workers,gpu,duration,nvidia.com/mig-1g.10gb,estimate,name\n\
+         0,t,1,0,100,4,,a\n\
+         0,t,1,0,100,4,,b\n\
+         0,t,1,2,2000,0,2000,hold\n\
+         1,t,1,4,100,0,,gang\n\
+         700,t,1,1,100,0,500,quick\n\
+         700,t,1,1,100,0,,slow\n",
+    );
+    let yaml = tmp.write(
+        "w.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Workload\nmetadata: {name: w}\nspec:\n  jobs:\n    - {submit: 0, team: t, duration: 100, nvidia.com/mig-1g.10gb: 4}\n    - {submit: 0, team: t, duration: 100, nvidia.com/mig-1g.10gb: 4}\n    - {submit: 0, team: t, gpu: 2, duration: 2000, estimate: 2000}\n    - {submit: 1, team: t, gpu: 4, duration: 100}\n    - {submit: 700, team: t, gpu: 1, duration: 100, estimate: 500}\n    - {submit: 700, team: t, gpu: 1, duration: 100}\n",
+    );
+    for workload in [&csv, &yaml] {
+        let jobs = tmp.path().join("jobs.csv");
+        let out = run_in(
+            tmp.path(),
+            &[
+                "simulate",
+                "--cluster",
+                &cluster.display().to_string(),
+                "--workload",
+                &workload.display().to_string(),
+                "--policy",
+                "fair",
+                "--jobs",
+                &jobs.display().to_string(),
+            ],
+        );
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let text = std::fs::read_to_string(&jobs).expect("the jobs were written");
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+        let start: Vec<u64> = lines
+            .map(|l| {
+                let r: Vec<&str> = l.split(',').collect();
+                r[col("first_start")].parse().expect("every job started")
+            })
+            .collect();
+        let (a, b, hold, gang, quick, slow) =
+            (start[0], start[1], start[2], start[3], start[4], start[5]);
+        assert_eq!(
+            (a, b),
+            (0, 100),
+            "{workload:?}: 8 slices on a node of 7\n{text}"
+        );
+        assert_eq!(hold, 0, "{text}");
+        assert_eq!(gang, 2000, "{text}");
+        assert_eq!(
+            quick, 700,
+            "{workload:?}: quick backfills the reserved node\n{text}"
+        );
+        assert!(
+            slow >= gang,
+            "{workload:?}: slow waits for the gang\n{text}"
+        );
+    }
+}

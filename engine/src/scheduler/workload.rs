@@ -1,6 +1,7 @@
 //! Workload files for `sluice simulate`: the CSV of the cluster contract (`submit, team,
 //! workers, gpu, cpu, memory, duration, priority, interruptible, checkpoint_every, flavor`,
-//! extra columns ignored, optional ones defaulted), and the seeded generator behind a
+//! extra columns ignored, optional ones defaulted; `estimate`, and columns named as extended
+//! resources, `DOMAIN/NAME`, per worker, are read too), and the seeded generator behind a
 //! `kind: Workload` file's `spec.generate` (decoded in `spec::workload`). CSV fields hold no
 //! commas, so lines are split on them; a bad value is an error naming its line and column.
 
@@ -103,21 +104,34 @@ pub fn read_csv(path: &str, text: &str, config: &mut Config) -> Result<Vec<SimJo
         let flavor = Some(get("flavor"))
             .filter(|f| !f.is_empty())
             .map(str::to_owned);
+        let mut per_worker = Res::new(
+            uint("gpu", 0)?,
+            if get("cpu").is_empty() {
+                1000
+            } else {
+                quantity("cpu", 1000.0)?
+            },
+            quantity("memory", 1.0)?,
+        );
+        for name in columns.iter().filter(|c| super::extended::is_name(c)) {
+            let n = uint(name, 0)?;
+            if n > 0 {
+                let slot = super::extended::slot(name).ok_or_else(|| {
+                    format!(
+                        "{path}:1: column '{name}': at most {} extended resources are scheduled",
+                        super::extended::SLOTS
+                    )
+                })?;
+                per_worker = per_worker.with_ext(slot, n);
+            }
+        }
         jobs.push(SimJob {
             job: Job {
                 id: jobs.len() as u64,
                 team,
                 priority,
                 workers: u32::try_from(uint("workers", 1)?.max(1)).unwrap_or(u32::MAX),
-                per_worker: Res::new(
-                    uint("gpu", 0)?,
-                    if get("cpu").is_empty() {
-                        1000
-                    } else {
-                        quantity("cpu", 1000.0)?
-                    },
-                    quantity("memory", 1.0)?,
-                ),
+                per_worker,
                 interruptible,
                 checkpointed: checkpoint > 0,
                 flavor,
@@ -203,7 +217,10 @@ pub fn from_spec(
                         team,
                         priority: prio.unwrap_or(config.default_priority),
                         workers: j.workers.max(1),
-                        per_worker: Res::new(j.gpu, j.millicpu.unwrap_or(1000), j.memory),
+                        per_worker: super::config::with_extended(
+                            Res::new(j.gpu, j.millicpu.unwrap_or(1000), j.memory),
+                            &j.extended,
+                        ),
                         interruptible: j.interruptible,
                         checkpointed: j.checkpoint_every.is_some(),
                         flavor: j.flavor.clone(),

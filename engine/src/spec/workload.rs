@@ -78,6 +78,8 @@ pub struct JobSpec {
     pub flavor: Option<String>,
     /// Seconds it runs at most, as a user or history tells (EASY backfill); None: unknown.
     pub estimate: Option<u64>,
+    /// Extended resources per worker (`nvidia.com/mig-1g.10gb: 2`), by name.
+    pub extended: std::collections::BTreeMap<String, u64>,
 }
 
 /// `spec.generate`.
@@ -209,7 +211,14 @@ fn decode(cx: &mut Cx<'_>, spec: &Node) -> Option<WorkloadSpec> {
 
 fn job(cx: &mut Cx<'_>, node: &Node, i: usize) -> Option<JobSpec> {
     let at = |key: &str| format!("jobs[{i}].{key}");
-    cx.fields(node, &format!("jobs[{i}]"), JOB_FIELDS)?;
+    let entries = cx.resource_fields(node, &format!("jobs[{i}]"), JOB_FIELDS)?;
+    let mut extended = std::collections::BTreeMap::new();
+    for e in entries
+        .iter()
+        .filter(|e| crate::scheduler::extended::is_name(&e.key))
+    {
+        extended.insert(e.key.clone(), cx.uint(&e.value, &at(&e.key), 0)?);
+    }
     let mut ok = true;
     let need = |cx: &mut Cx<'_>, key: &str, help: &str| {
         let n = node.get(key);
@@ -298,6 +307,7 @@ fn job(cx: &mut Cx<'_>, node: &Node, i: usize) -> Option<JobSpec> {
         checkpoint_every: checkpoint.filter(|c| *c > 0),
         flavor,
         estimate,
+        extended,
     })
 }
 
