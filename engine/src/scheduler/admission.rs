@@ -176,22 +176,25 @@ pub fn cycle(
         Policy::Fifo => (0, j.submitted, j.id),
         _ => (-j.priority, j.submitted, j.id),
     };
-    let mut sorted: BTreeMap<usize, Vec<(Key, &Job)>> = BTreeMap::new();
+    // Indexed by queue: a team's index under `fair`, 0 for the others.
+    let nq = if settings.policy == Policy::Fair {
+        cluster.teams.len()
+    } else {
+        1
+    };
+    let mut sorted: Vec<Vec<(Key, &Job)>> = vec![Vec::new(); nq];
     for j in waiting {
-        sorted
-            .entry(queue_of(j, settings))
-            .or_default()
-            .push((key(j), j));
+        sorted[queue_of(j, settings)].push((key(j), j));
     }
     // Each queue's steps copied in the order they are taken, one after the other in memory:
     // the teams take turns, and a step fetched from all over `waiting` at its turn would
     // cost a cache miss each.
-    let mut queues: BTreeMap<usize, Vec<Job>> = sorted
+    let mut queues: Vec<Vec<Job>> = sorted
         .into_iter()
-        .map(|(q, mut jobs)| {
-            jobs.sort_by_key(|(k, _)| *k);
+        .map(|mut jobs| {
+            jobs.sort_unstable_by_key(|(k, _)| *k);
             // Popped from the end.
-            (q, jobs.into_iter().rev().map(|(_, j)| j.clone()).collect())
+            jobs.into_iter().rev().map(|(_, j)| j.clone()).collect()
         })
         .collect();
     // The queues in the order they take turns: under `fair`, teams below their quota (or
@@ -219,12 +222,16 @@ pub fn cycle(
     };
     let mut turns: BTreeSet<Rank> = queues
         .iter()
-        .filter_map(|(&q, jobs)| Some(rank(q, jobs.last()?, &st.usage, &st.quota_usage)))
+        .enumerate()
+        .filter_map(|(q, jobs)| Some(rank(q, jobs.last()?, &st.usage, &st.quota_usage)))
         .collect();
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
-    while let Some(Rank(_, _, _, q)) = turns.pop_first() {
-        let Some(job) = queues.get_mut(&q).and_then(Vec::pop) else {
+    // The queue whose turn it is. A queue whose next rank is still the smallest keeps its
+    // turn without a round trip through `turns` (most often: a step waited, nothing changed).
+    let mut turn = turns.pop_first();
+    while let Some(Rank(_, _, _, q)) = turn {
+        let Some(job) = queues.get_mut(q).and_then(Vec::pop) else {
             break;
         };
         let job = &job;
@@ -268,14 +275,23 @@ pub fn cycle(
                 heads.insert(q, job.id);
             }
         }
+        turn = None;
         if !blocked.contains(&q)
-            && let Some(next) = queues.get(&q).and_then(|jobs| jobs.last())
+            && let Some(next) = queues.get(q).and_then(|jobs| jobs.last())
         {
-            turns.insert(rank(q, next, &st.usage, &st.quota_usage));
+            let r = rank(q, next, &st.usage, &st.quota_usage);
+            if turns.first().is_none_or(|first| r < *first) {
+                turn = Some(r);
+            } else {
+                turns.insert(r);
+            }
+        }
+        if turn.is_none() {
+            turn = turns.pop_first();
         }
     }
     // Queues stopped behind a step that does not fit: the rest waits for it.
-    for (q, jobs) in queues {
+    for (q, jobs) in queues.into_iter().enumerate() {
         for job in jobs.into_iter().rev() {
             let head = heads.get(&q).copied().unwrap_or_default();
             out.push(Decision::Wait {
