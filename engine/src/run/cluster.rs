@@ -330,7 +330,7 @@ impl Scheduling {
                         && let Some(verdict) = verdicts.get_mut(&c.run_id)
                     {
                         let reason = if reason.starts_with("waiting") {
-                            reason
+                            reason.to_string()
                         } else {
                             format!("waiting: {reason}")
                         };

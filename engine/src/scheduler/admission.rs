@@ -29,16 +29,19 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::cluster::{Cluster, Res};
 use super::placement::{self, Allowed, Placement};
 use super::{Job, Running};
 
+mod queues;
 mod reservation;
 mod state;
 mod victims;
 mod why;
 
+use queues::Queues;
 pub(super) use reservation::*;
 use state::*;
 use victims::*;
@@ -105,8 +108,9 @@ pub enum Decision {
     Admit { job: u64, nodes: Vec<usize> },
     /// Stop running `victim` (it resumes from its checkpoint later) to make room for `job`.
     Preempt { victim: u64, job: u64 },
-    /// `job` keeps waiting, for this reason.
-    Wait { job: u64, reason: String },
+    /// `job` keeps waiting, for this reason. Shared: many waiting steps of one team and shape
+    /// wait for the same reason, and a copy each would cost a cycle an allocation per step.
+    Wait { job: u64, reason: Arc<str> },
 }
 
 /// Each node's free resources, given what runs.
@@ -182,21 +186,7 @@ pub fn cycle(
     } else {
         1
     };
-    let mut sorted: Vec<Vec<(Key, &Job)>> = vec![Vec::new(); nq];
-    for j in waiting {
-        sorted[queue_of(j, settings)].push((key(j), j));
-    }
-    // Each queue's steps copied in the order they are taken, one after the other in memory:
-    // the teams take turns, and a step fetched from all over `waiting` at its turn would
-    // cost a cache miss each.
-    let mut queues: Vec<Vec<Job>> = sorted
-        .into_iter()
-        .map(|mut jobs| {
-            jobs.sort_unstable_by_key(|(k, _)| *k);
-            // Popped from the end.
-            jobs.into_iter().rev().map(|(_, j)| j.clone()).collect()
-        })
-        .collect();
+    let mut queues = Queues::new(waiting, nq, |j| queue_of(j, settings), key);
     // The queues in the order they take turns: under `fair`, teams below their quota (or
     // whose next step keeps them within) first, then the smallest dominant share per unit of
     // weight, then the lowest index; the others have one queue. Only the team whose step was
@@ -220,10 +210,8 @@ pub fn cycle(
         let share = usage[t].dominant_share(total) / team.weight.max(1e-9);
         Rank(tier, !under, share, t)
     };
-    let mut turns: BTreeSet<Rank> = queues
-        .iter()
-        .enumerate()
-        .filter_map(|(q, jobs)| Some(rank(q, jobs.last()?, &st.usage, &st.quota_usage)))
+    let mut turns: BTreeSet<Rank> = (0..nq)
+        .filter_map(|q| Some(rank(q, queues.peek(q)?, &st.usage, &st.quota_usage)))
         .collect();
     let mut blocked: BTreeSet<usize> = BTreeSet::new();
     let mut heads: BTreeMap<usize, u64> = BTreeMap::new();
@@ -231,10 +219,10 @@ pub fn cycle(
     // turn without a round trip through `turns` (most often: a step waited, nothing changed).
     let mut turn = turns.pop_first();
     while let Some(Rank(_, _, _, q)) = turn {
-        let Some(job) = queues.get_mut(q).and_then(Vec::pop) else {
+        let Some(i) = queues.pop(q) else {
             break;
         };
-        let job = &job;
+        let job = queues.job(i);
         let closed = holder
             .filter(|h| !st.reserved.is_empty() && h.id != job.id)
             .filter(|h| !may_preempt(cluster, job, h, &st.quota_usage, settings))
@@ -252,16 +240,16 @@ pub fn cycle(
             Tried::Preempting(why) => {
                 out.push(Decision::Wait {
                     job: job.id,
-                    reason: why,
+                    reason: why.into(),
                 });
                 None
             }
             Tried::Waits(why) if holder.is_some_and(|h| h.id == job.id) => {
                 let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
-                Some(format!(
+                Some(Arc::from(format!(
                     "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
                     nodes.join(", ")
-                ))
+                )))
             }
             Tried::Waits(why) => Some(why),
         };
@@ -277,7 +265,7 @@ pub fn cycle(
         }
         turn = None;
         if !blocked.contains(&q)
-            && let Some(next) = queues.get(q).and_then(|jobs| jobs.last())
+            && let Some(next) = queues.peek(q)
         {
             let r = rank(q, next, &st.usage, &st.quota_usage);
             if turns.first().is_none_or(|first| r < *first) {
@@ -291,14 +279,15 @@ pub fn cycle(
         }
     }
     // Queues stopped behind a step that does not fit: the rest waits for it.
-    for (q, jobs) in queues.into_iter().enumerate() {
-        for job in jobs.into_iter().rev() {
+    for (q, jobs) in queues.rest() {
+        for job in jobs {
             let head = heads.get(&q).copied().unwrap_or_default();
             out.push(Decision::Wait {
                 job: job.id,
                 reason: format!(
                     "queued behind step {head}, which does not fit yet (backfill is off)"
-                ),
+                )
+                .into(),
             });
         }
     }
@@ -371,7 +360,7 @@ enum Tried {
     /// Steps are being preempted for it (or it holds room they free): it waits, saying so.
     Preempting(String),
     /// It waits, for this reason.
-    Waits(String),
+    Waits(Arc<str>),
 }
 
 /// Admits `job`, or preempts for it, recording the decisions; otherwise says why it
@@ -392,10 +381,10 @@ fn try_start(
         && let Some(ceiling) = team.ceiling()
         && !(st.usage[job.team] + demand).fits_in(ceiling)
     {
-        return Tried::Waits(format!(
+        return Tried::Waits(Arc::from(format!(
             "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
             team.name, st.usage[job.team], ceiling, demand
-        ));
+        )));
     }
     let shape = st.shape(job);
     let closed = reserved_for.is_some();
@@ -525,9 +514,9 @@ fn try_start(
             placed
         };
         if fits {
-            return Tried::Waits(format!(
+            return Tried::Waits(Arc::from(format!(
                 "capacity is reserved for step {id}, which has waited past the starvation limit"
-            ));
+            )));
         }
     }
     if settings.grace > 0 {
@@ -547,9 +536,9 @@ fn try_start(
                 Victims::OtherTeams => "the lower-class steps of other teams in its way".into(),
             };
             let secs = settings.grace.saturating_mul(settings.unit_ms) as f64 / 1000.0;
-            return Tried::Waits(format!(
+            return Tried::Waits(Arc::from(format!(
                 "{whose} started less than the grace period ({secs}s) ago; preempted after that"
-            ));
+            )));
         }
     }
     Tried::Waits(why_not(cluster, st, job, shape))

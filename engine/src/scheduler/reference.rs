@@ -177,7 +177,7 @@ pub fn cycle_reference(
             Tried::Preempting(why) => {
                 out.push(Decision::Wait {
                     job: job.id,
-                    reason: why,
+                    reason: why.into(),
                 });
                 continue;
             }
@@ -192,7 +192,7 @@ pub fn cycle_reference(
         };
         out.push(Decision::Wait {
             job: job.id,
-            reason: why,
+            reason: why.into(),
         });
         if !settings.backfill {
             blocked.insert(q);
@@ -207,7 +207,8 @@ pub fn cycle_reference(
                 job: job.id,
                 reason: format!(
                     "queued behind step {head}, which does not fit yet (backfill is off)"
-                ),
+                )
+                .into(),
             });
         }
     }

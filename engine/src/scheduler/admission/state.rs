@@ -92,7 +92,7 @@ pub(super) struct State {
     pub(super) room: FxMap<(Res, usize), (u64, u64)>,
     /// The last `why_not` reason per (team, shape), with the `free_gen` and team usage it was
     /// written for: the same inputs give the same words.
-    pub(super) reasons: FxMap<(usize, Shape), (u64, Res, String)>,
+    pub(super) reasons: FxMap<(usize, Shape), (u64, Res, Arc<str>)>,
     /// The room `soon` (per closed or not) and the room of `Query::Reclaimable` (per closed
     /// or not and grace), with the `grow` and `free_gen` they were computed at.
     pub(super) rooms: FxMap<(Query, u64, u64), Rc<Vec<Res>>>,

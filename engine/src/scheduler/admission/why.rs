@@ -3,14 +3,14 @@
 use super::*;
 
 /// Why a step that did not fit waits, in words.
-pub(super) fn why_not(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> String {
+pub(super) fn why_not(cluster: &Cluster, st: &mut State, job: &Job, shape: Shape) -> Arc<str> {
     if let Some((generation, usage, why)) = st.reasons.get(&(job.team, shape))
         && *generation == st.free_gen
         && *usage == st.quota_usage[job.team]
     {
         return why.clone();
     }
-    let why = why_not_words(cluster, st, job, shape);
+    let why: Arc<str> = why_not_words(cluster, st, job, shape).into();
     st.reasons.insert(
         (job.team, shape),
         (st.free_gen, st.quota_usage[job.team], why.clone()),

@@ -100,7 +100,7 @@ fn victims_for(d: &[Decision], id: u64) -> Vec<u64> {
 fn reason(d: &[Decision], id: u64) -> String {
     d.iter()
         .find_map(|x| match x {
-            Decision::Wait { job, reason } if *job == id => Some(reason.clone()),
+            Decision::Wait { job, reason } if *job == id => Some(reason.to_string()),
             _ => None,
         })
         .unwrap_or_default()
