@@ -465,3 +465,41 @@ fn slices_and_estimates_in_a_workload_are_scheduled() {
         );
     }
 }
+
+/// The simulator's cost per team counts extended resources at their pool's price per
+/// unit-hour, as `sluice usage` does: 3 slices for an hour at 0.40 and a GPU for half an hour
+/// at 2.00 cost 2.20; slices in a pool that prices none cost nothing.
+#[test]
+fn cost_per_team_counts_extended_resources_at_their_price() {
+    let tmp = TempDir::new("simulate-ext-cost");
+    let cluster = tmp.write(
+        "c.yaml",
+        "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: mig, nodes: 1, resources: {gpu: 1, nvidia.com/mig-1g.10gb: 7, cpu: 32}, price: {gpuHour: 2.0, nvidia.com/mig-1g.10gb: 0.40}}\n    - {name: free, nodes: 1, resources: {nvidia.com/mig-1g.10gb: 7, cpu: 32}, labels: {kind: free}}\n  teams: [{name: a}, {name: b}]\n",
+    );
+    let csv = tmp.write(
+        "w.csv",
+        "submit,team,workers,gpu,duration,nvidia.com/mig-1g.10gb,flavor\n\
+         0,a,1,0,3600,3,mig\n\
+         0,a,1,1,1800,0,mig\n\
+         0,b,1,0,3600,3,free\n",
+    );
+    let out = run_in(
+        tmp.path(),
+        &[
+            "simulate",
+            "--cluster",
+            &cluster.display().to_string(),
+            "--workload",
+            &csv.display().to_string(),
+            "--policy",
+            "fair",
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let cost = |t: &str| v["policies"]["fair"]["teams"][t]["cost"].as_f64();
+    assert_eq!(cost("a"), Some(2.2), "{v}");
+    assert_eq!(cost("b"), Some(0.0), "{v}");
+}

@@ -189,10 +189,22 @@ fn summary(config: &Config, jobs: &[SimJob], report: &Report) -> Value {
     }
     all.sort_unstable();
     let mut team_cost = vec![0.0; cluster.teams.len()];
-    for ((t, pool), (gpu_s, cpu_s)) in &report.held {
+    for ((t, pool), held) in &report.held {
         let (gh, ch) = config.prices.get(*pool).copied().unwrap_or_default();
+        // Extended resources at their price in this pool, by name (none: free).
+        let extended: f64 = held
+            .extended_seconds
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s > 0)
+            .filter_map(|(slot, s)| {
+                let name = crate::scheduler::extended::name(slot)?;
+                let price = config.extended_prices.get(*pool)?.get(&name)?;
+                Some(*s as f64 * price)
+            })
+            .sum();
         if let Some(c) = team_cost.get_mut(*t) {
-            *c += (*gpu_s as f64 * gh + *cpu_s as f64 * ch) / 3600.0;
+            *c += (held.gpu_seconds as f64 * gh + held.cpu_seconds as f64 * ch + extended) / 3600.0;
         }
     }
     let mut teams = serde_json::Map::new();

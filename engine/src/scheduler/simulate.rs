@@ -78,8 +78,8 @@ pub struct Report {
     pub events: u64,
     /// Scheduling cycles run.
     pub cycles: u64,
-    /// GPU-seconds and CPU-core-seconds held, by (team, pool): what cost is computed from.
-    pub held: BTreeMap<(usize, usize), (u64, u64)>,
+    /// What was held, by (team, pool): what cost is computed from.
+    pub held: BTreeMap<(usize, usize), Held>,
     /// `fifo` (pods one by one): GPU-seconds held by gangs only partly placed.
     pub partial_gang_gpu_seconds: u64,
     /// Times the replay stopped with work waiting that could never progress (partial gangs
@@ -480,6 +480,15 @@ impl Sim<'_> {
     }
 }
 
+/// Resource-seconds held by one team in one pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Held {
+    pub gpu_seconds: u64,
+    pub cpu_seconds: u64,
+    /// Unit-seconds of each extended resource, by its slot (`extended::name`).
+    pub extended_seconds: [u64; super::extended::SLOTS],
+}
+
 /// Adds what a job held from its start until `now` to the report's per team and pool sums.
 fn charge(report: &mut Report, cluster: &Cluster, r: &Running, now: u64) {
     let secs = now.saturating_sub(r.started);
@@ -488,8 +497,11 @@ fn charge(report: &mut Report, cluster: &Cluster, r: &Running, now: u64) {
             .held
             .entry((r.job.team, cluster.nodes[n].pool))
             .or_default();
-        e.0 += secs * r.job.per_worker.gpu;
-        e.1 += secs * r.job.per_worker.millicpu / 1000;
+        e.gpu_seconds += secs * r.job.per_worker.gpu;
+        e.cpu_seconds += secs * r.job.per_worker.millicpu / 1000;
+        for (held, &amount) in e.extended_seconds.iter_mut().zip(&r.job.per_worker.ext) {
+            *held += secs * u64::from(amount);
+        }
     }
 }
 
