@@ -23,9 +23,10 @@
 //! would borrow), so that the two do not evict each other in turn. Everything else backfills
 //! around the reservation. One step holds a reservation at a time.
 //!
-//! The files: this one (the cycle, queues, starvation, starting and holding), `state` (the
-//! cycle's free room, holdings, queue turns and caches), `victims` (who may be preempted, in
-//! which order, the fewest that make room), `why` (a waiting step's reason in words).
+//! The files: this one (the cycle, turns, starvation, starting and holding), `queues` (the
+//! waiting steps in each queue's order), `state` (the cycle's free room, holdings, queue turns
+//! and caches), `victims` (who may be preempted, in which order, the fewest that make room),
+//! `why` (a waiting step's reason in words), `reservation` (starvation and EASY backfill).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
