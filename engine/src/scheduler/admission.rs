@@ -83,6 +83,11 @@ pub struct Settings {
     /// Milliseconds in that unit (1000: seconds, as the simulator counts; 1: milliseconds, as
     /// the executor does), for durations written in reasons.
     pub unit_ms: u64,
+    /// Each waiting step's reason in words. Off (the simulator, which reads none), every
+    /// waiting step's reason is just "waiting", and what is searched only to explain one (the
+    /// victims still within their grace period) is not searched: the other decisions are the
+    /// same either way (property-tested).
+    pub explain: bool,
 }
 
 impl Default for Settings {
@@ -98,6 +103,7 @@ impl Default for Settings {
             grace: 30,
             now: 0,
             unit_ms: 1000,
+            explain: true,
         }
     }
 }
@@ -241,11 +247,11 @@ pub fn cycle(
             Tried::Preempting(why) => {
                 out.push(Decision::Wait {
                     job: job.id,
-                    reason: why.into(),
+                    reason: st.say(|| why),
                 });
                 None
             }
-            Tried::Waits(why) if holder.is_some_and(|h| h.id == job.id) => {
+            Tried::Waits(why) if settings.explain && holder.is_some_and(|h| h.id == job.id) => {
                 let nodes: Vec<String> = st.reserved.iter().map(usize::to_string).collect();
                 Some(Arc::from(format!(
                     "past the starvation limit: node(s) {} are reserved for it as they free up, nothing else starts there; {why}",
@@ -285,10 +291,9 @@ pub fn cycle(
             let head = heads.get(&q).copied().unwrap_or_default();
             out.push(Decision::Wait {
                 job: job.id,
-                reason: format!(
-                    "queued behind step {head}, which does not fit yet (backfill is off)"
-                )
-                .into(),
+                reason: st.say(|| {
+                    format!("queued behind step {head}, which does not fit yet (backfill is off)")
+                }),
             });
         }
     }
@@ -382,10 +387,12 @@ fn try_start(
         && let Some(ceiling) = team.ceiling()
         && !(st.usage[job.team] + demand).fits_in(ceiling)
     {
-        return Tried::Waits(Arc::from(format!(
-            "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
-            team.name, st.usage[job.team], ceiling, demand
-        )));
+        return Tried::Waits(st.say(|| {
+            format!(
+                "team {} at its limit: holds {}, may hold {} (quota + borrowLimit), this step needs {}",
+                team.name, st.usage[job.team], ceiling, demand
+            )
+        }));
     }
     let shape = st.shape(job);
     let closed = reserved_for.is_some();
@@ -515,12 +522,15 @@ fn try_start(
             placed
         };
         if fits {
-            return Tried::Waits(Arc::from(format!(
-                "capacity is reserved for step {id}, which has waited past the starvation limit"
-            )));
+            return Tried::Waits(st.say(|| {
+                format!(
+                    "capacity is reserved for step {id}, which has waited past the starvation limit"
+                )
+            }));
         }
     }
-    if settings.grace > 0 {
+    // Only to say so: whether it would preempt but for the grace period.
+    if settings.grace > 0 && settings.explain {
         let patient = Settings {
             grace: 0,
             ..settings.clone()
@@ -541,6 +551,9 @@ fn try_start(
                 "{whose} started less than the grace period ({secs}s) ago; preempted after that"
             )));
         }
+    }
+    if !settings.explain {
+        return Tried::Waits(st.say(String::new));
     }
     Tried::Waits(why_not(cluster, st, job, shape))
 }

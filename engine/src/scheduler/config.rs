@@ -102,6 +102,7 @@ impl Config {
                 grace: s.grace_period.as_secs(),
                 now: 0,
                 unit_ms: 1000,
+                explain: true,
             },
             priorities,
             default_priority,

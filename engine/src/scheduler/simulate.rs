@@ -334,6 +334,8 @@ impl Sim<'_> {
     fn cycles(&mut self, settings: &Settings, now: u64) {
         let mut settings = settings.clone();
         settings.now = now;
+        // The replay reads no reason.
+        settings.explain = false;
         for _ in 0..16 {
             if self.waiting.is_empty() {
                 break;

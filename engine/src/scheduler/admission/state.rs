@@ -100,6 +100,8 @@ pub(super) struct State {
     pub(super) shape_words: FxMap<Shape, (u64, String)>,
     /// `why_not`'s words for each team, with the usage they were written for.
     pub(super) team_words: Vec<Option<(Res, String)>>,
+    /// With `explain` off: the one reason every waiting step is given.
+    quiet: Option<Arc<str>>,
 }
 
 /// FxHash (as rustc uses): the memo keys are small integers, SipHash's cost showed.
@@ -178,7 +180,7 @@ impl State {
                 allowed.push((j.interruptible, j.flavor.clone(), Allowed::new(cluster, j)));
             }
         }
-        let st = State {
+        State {
             free: free_of(cluster, running),
             usage: usage_of(cluster, running),
             quota_usage: quota_usage_of(cluster, running),
@@ -199,9 +201,16 @@ impl State {
             rooms: FxMap::default(),
             shape_words: FxMap::default(),
             team_words: Vec::new(),
-        };
-        let _ = settings;
-        st
+            quiet: (!settings.explain).then(|| Arc::from("waiting")),
+        }
+    }
+
+    /// A waiting step's reason: `words()`, or with `explain` off the one shared "waiting".
+    pub(super) fn say(&self, words: impl FnOnce() -> String) -> Arc<str> {
+        match &self.quiet {
+            Some(quiet) => quiet.clone(),
+            None => words().into(),
+        }
     }
 
     /// Builds, on first need, the running steps per team in the victim order and the teams

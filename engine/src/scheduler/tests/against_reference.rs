@@ -30,6 +30,33 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(cases(300))]
+
+    /// With `explain` off (the simulator) every decision is the same but the reasons, which
+    /// are all "waiting": explaining never changes what is decided.
+    #[test]
+    fn explaining_changes_only_the_reasons(
+        (c, running, queue, settings) in arb_state(),
+        variant in 0u8..8,
+    ) {
+        let mut s = settings.clone();
+        s.policy = [Policy::Fair, Policy::Priority, Policy::Fifo][usize::from(variant % 3)];
+        s.grace = if variant < 4 { 30 } else { 0 };
+        let told = cycle(&c, &running, &queue, &s);
+        s.explain = false;
+        let quiet = cycle(&c, &running, &queue, &s);
+        let plain: Vec<Decision> = told
+            .into_iter()
+            .map(|d| match d {
+                Decision::Wait { job, .. } => Decision::Wait { job, reason: "waiting".into() },
+                d => d,
+            })
+            .collect();
+        prop_assert_eq!(quiet, plain);
+    }
+}
+
 /// A larger seeded state: zones, flavors, spot pools, teams with quotas and borrow limits,
 /// priorities, running steps of every age, thousands of waiting steps.
 fn big_state(
@@ -143,6 +170,7 @@ fn a_large_cycle_decides_exactly_as_the_reference_cycle() {
                     grace: if variant == 1 { 0 } else { 30 },
                     now: 2020,
                     unit_ms: 1000,
+                    explain: true,
                 };
                 let d = cycle(&c, &running, &queue, &s);
                 assert_eq!(

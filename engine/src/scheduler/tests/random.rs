@@ -124,6 +124,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = (Cluster, Vec<Running>, Vec<J
                     backfill,
                     reclaim,
                     unit_ms: 1000,
+                    explain: true,
                 };
                 let d = cycle(&c, &[], &first, &settings);
                 let a = admitted(&d);
