@@ -595,3 +595,77 @@ spec:
     assert!(at("quick") < at("big"), "quick backfilled: {log:?}");
     assert!(at("slow") >= at("big"), "slow waited for the gang: {log:?}");
 }
+
+/// EASY backfill from history: a step with no `timeout` has no estimate in the first run of its
+/// pipeline, so it waits for the starving gang; in the next run its earlier attempt's duration
+/// is its estimate, and it backfills the gang's node. A step new in that run has no history and
+/// still waits.
+#[test]
+fn a_step_without_a_timeout_backfills_once_its_history_says_it_ends_in_time() {
+    let sb = Sandbox::new("sched-easy-history");
+    sb.write(
+        "cluster.yaml",
+        r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 1
+      resources: {gpu: 4, cpu: 32, memory: 256Gi}
+  teams:
+    - {name: vision}
+  scheduling:
+    starvationLimit: 1s
+"#,
+    );
+    let step = |name: &str, gpu: u32, timeout: &str, needs: &str, secs: f64| {
+        format!(
+            "    - name: {name}\n      resources: {{gpu: {gpu}}}\n{timeout}{needs}      run: {start}; sleep {secs}\n",
+            start = note(&format!("{name}-start"), ""),
+        )
+    };
+    // hold: 2 GPUs for 3 s (at most 60 s). big: all 4 GPUs, starving after 1 s. After a 2 s
+    // pause, quick (no timeout; 0.1 s) and, in the second run only, fresh (the same).
+    let pipeline = |fresh: bool| {
+        format!(
+            "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: easy, team: vision}}\nspec:\n  steps:\n{}{}{}{}{}",
+            step("hold", 2, "      timeout: 60s\n", "", 3.0),
+            step("big", 4, "", "", 0.1),
+            step("pause", 0, "", "", 2.0),
+            step("quick", 1, "", "      needs: [pause]\n", 0.1),
+            if fresh {
+                step("fresh", 1, "", "      needs: [pause]\n", 0.1)
+            } else {
+                String::new()
+            },
+        )
+    };
+    let at = |log: &[(String, f64, String)], w: &str| {
+        *times(log, &format!("{w}-start"))
+            .first()
+            .unwrap_or_else(|| panic!("{w} started: {log:?}"))
+    };
+    sb.write("easy.yaml", &pipeline(false));
+    let out = sb.run(&["run", "easy.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let first = log(&sb);
+    assert!(
+        at(&first, "quick") >= at(&first, "big"),
+        "no history yet: quick waited for the gang: {first:?}"
+    );
+    std::fs::remove_file(sb.path().join("log")).expect("the first run's log");
+    sb.write("easy.yaml", &pipeline(true));
+    let out = sb.run(&["run", "easy.yaml", "--cluster", "cluster.yaml"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let second = log(&sb);
+    assert!(at(&second, "big") >= at(&second, "hold"), "{second:?}");
+    assert!(
+        at(&second, "quick") < at(&second, "big"),
+        "quick backfilled from its history: {second:?}"
+    );
+    assert!(
+        at(&second, "fresh") >= at(&second, "big"),
+        "fresh, with no history, waited for the gang: {second:?}"
+    );
+}

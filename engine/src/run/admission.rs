@@ -296,6 +296,7 @@ spec:
             flavor: None,
             extended: Default::default(),
             timeout_ms: None,
+            history_ms: None,
         };
         let json = serde_json::to_string(&ask).expect("an ask serializes");
         steps

@@ -42,6 +42,11 @@ pub struct Ask {
     /// reservation that drains later (EASY backfill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Without a `timeout`: its estimate from history (`history::estimate`), when the Cluster
+    /// reserves for starving gangs and earlier runs of its pipeline ran the step. Not
+    /// enforced: a step that runs longer than that delays the gang by as much.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_ms: Option<u64>,
 }
 
 impl Ask {
@@ -251,7 +256,14 @@ impl Scheduling {
             timeout_ms: step
                 .timeout
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            history_ms: None,
         }
+    }
+
+    /// Whether the Cluster sets `starvationLimit`: only then do estimates matter (EASY
+    /// backfill), so only then is a step's history read.
+    pub fn reserves(&self) -> bool {
+        self.config.settings.starvation_limit.is_some()
     }
 
     /// One scheduling cycle over what `held` and `waiting` say (every run's), at `now` (unix
@@ -510,7 +522,7 @@ fn job(config: &mut Config, id: u64, ask: &Ask, submitted: u64) -> Job {
         checkpointed: ask.checkpointed,
         flavor: ask.flavor.clone(),
         submitted,
-        estimate: ask.timeout_ms,
+        estimate: ask.timeout_ms.or(ask.history_ms),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod cache;
 pub mod cluster;
 pub mod driver;
 pub mod engine;
+pub mod history;
 pub mod launch;
 pub mod reap;
 pub mod state;

@@ -83,3 +83,45 @@ impl Store {
             .collect()
     }
 }
+
+impl Store {
+    /// How long, in ms, the last `limit` successful attempts of step `file_step` took in runs
+    /// of pipeline `pipeline` of `team`, newest first: a step's history, for the scheduler's
+    /// estimate of a step that sets no `timeout`. Attempts whose times cannot be read are
+    /// left out (an estimate, not an account).
+    pub async fn durations(
+        &self,
+        team: &str,
+        pipeline: &str,
+        file_step: &str,
+        limit: i64,
+    ) -> Result<Vec<u64>, Error> {
+        let rows = sqlx::query(
+            "SELECT a.started_at, a.ended_at \
+             FROM attempts a \
+             JOIN runs r ON r.id = a.run_id \
+             JOIN steps s ON s.run_id = a.run_id AND s.name = a.step \
+             WHERE r.team = $1 AND r.name = $2 AND s.step = $3 AND a.state = $4 \
+             AND a.ended_at IS NOT NULL \
+             ORDER BY a.ended_at DESC LIMIT $5",
+        )
+        .bind(team)
+        .bind(pipeline)
+        .bind(file_step)
+        .bind(crate::run::state::attempt::SUCCEEDED)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let r = Reader::new(row, "an attempt");
+                let started: String = r.at(0).ok()?;
+                let ended: String = r.at(1).ok()?;
+                let ms =
+                    crate::time::parse_ms(&ended).ok()? - crate::time::parse_ms(&started).ok()?;
+                u64::try_from(ms).ok()
+            })
+            .collect())
+    }
+}

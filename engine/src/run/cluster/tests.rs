@@ -33,6 +33,7 @@ fn ask(gpu: u64, workers: u32) -> Ask {
         flavor: None,
         extended: Default::default(),
         timeout_ms: None,
+        history_ms: None,
     }
 }
 

@@ -154,6 +154,8 @@ pub struct Driver<E: Executor = Chosen> {
     sweep_rows: HashMap<String, usize>,
     /// Trials asked to stop, committed and still to be told.
     to_terminate: Vec<String>,
+    /// Each step's (of the file) estimate from history, once read (`history_of`).
+    history: HashMap<String, Option<u64>>,
     /// Cluster mode (`--cluster`): the process's scheduler of the run's Cluster admits steps
     /// onto the file's nodes.
     scheduler: Option<Arc<Scheduler>>,
@@ -330,6 +332,7 @@ impl<E: Executor> Driver<E> {
                 .collect(),
             sweeps,
             to_terminate: Vec::new(),
+            history: HashMap::new(),
             cluster_mode: scheduler.is_some(),
             // A run resumed may have rows there from its last engine: cleared at the first cycle.
             registered: true,

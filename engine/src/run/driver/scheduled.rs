@@ -8,6 +8,7 @@ use super::{Driver, Error, Watcher};
 use crate::executor::{Executor, Handle, Reason};
 use crate::run::admission::Scheduler;
 use crate::run::cluster::Scheduling;
+use crate::run::history;
 use crate::store::{self, Event, Placed};
 
 /// At most this many steps of one run wait on the cluster at once.
@@ -64,6 +65,22 @@ impl<E: Executor> Driver<E> {
         Ok(())
     }
 
+    /// Row `idx`'s step's estimate from history (`run::history`), read from the store once
+    /// per step of the file for the life of this driver.
+    async fn history_of(&mut self, idx: usize) -> Result<Option<u64>, Error> {
+        let step = &self.rows[idx].step;
+        if let Some(known) = self.history.get(step) {
+            return Ok(*known);
+        }
+        let durations = self
+            .store
+            .durations(&self.run.team, &self.run.name, step, history::LATEST)
+            .await?;
+        let estimate = history::estimate(&durations);
+        self.history.insert(step.clone(), estimate);
+        Ok(estimate)
+    }
+
     /// Cluster mode: this run's waiting steps handed to the process's scheduler, whose cycle
     /// over every run's waiting and running steps decides for them; starts this run's
     /// admitted steps on their nodes, asks the victims chosen for them to stop, and gives the
@@ -87,7 +104,10 @@ impl<E: Executor> Driver<E> {
             if self.cancel_unstarted(idx, watcher).await? {
                 continue;
             }
-            let ask = scheduling.ask(&self.run.team, self.step_of(&self.rows[idx])?);
+            let mut ask = scheduling.ask(&self.run.team, self.step_of(&self.rows[idx])?);
+            if ask.timeout_ms.is_none() && scheduling.reserves() {
+                ask.history_ms = self.history_of(idx).await?;
+            }
             candidates.push((idx, ask));
         }
         // Only the steps this run could start now (its parallelism's room, at most

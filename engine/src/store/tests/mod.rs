@@ -486,6 +486,7 @@ fn location_of(store: &Store, backend: &str) -> Location {
 }
 
 mod applied;
+mod history;
 mod opening;
 mod room;
 mod server;
