@@ -537,12 +537,8 @@ spec:
     assert!(wait::status(&mut sweep, "sluice run sweep.yaml").success());
 }
 
-/// EASY backfill: a gang past `starvationLimit` reserves the node; a step whose `timeout` ends
-/// before what runs there will have ended (its own `timeout`) starts on it meanwhile, and a
-/// step with no timeout waits for the gang.
-#[test]
-fn a_step_with_a_timeout_backfills_a_starving_gangs_node_and_one_without_waits() {
-    let sb = Sandbox::new("sched-easy");
+/// The EASY tests' Cluster: one node of 4 GPUs, one team, `starvationLimit: 1s`.
+fn easy_cluster(sb: &Sandbox) {
     sb.write(
         "cluster.yaml",
         r#"apiVersion: sluice.dev/v1
@@ -559,14 +555,27 @@ spec:
     starvationLimit: 1s
 "#,
     );
+}
+
+/// An EASY test's step: `gpu` GPUs, then `timeout` and `needs` lines as given, noting its start
+/// in the log and sleeping `secs`.
+fn easy_step(name: &str, gpu: u32, timeout: &str, needs: &str, secs: f64) -> String {
+    format!(
+        "    - name: {name}\n      resources: {{gpu: {gpu}}}\n{timeout}{needs}      run: {start}; sleep {secs}\n",
+        start = note(&format!("{name}-start"), ""),
+    )
+}
+
+/// EASY backfill: a gang past `starvationLimit` reserves the node; a step whose `timeout` ends
+/// before what runs there will have ended (its own `timeout`) starts on it meanwhile, and a
+/// step with no timeout waits for the gang.
+#[test]
+fn a_step_with_a_timeout_backfills_a_starving_gangs_node_and_one_without_waits() {
+    let sb = Sandbox::new("sched-easy");
+    easy_cluster(&sb);
     // hold: 2 GPUs for 3 s (at most 60 s). big: all 4 GPUs, starving after 1 s. After a
     // 2 s pause, quick (at most 20 s, ending well before hold's 60 s) and slow (no timeout).
-    let step = |name: &str, gpu: u32, timeout: &str, needs: &str, secs: f64| {
-        format!(
-            "    - name: {name}\n      resources: {{gpu: {gpu}}}\n{timeout}{needs}      run: {start}; sleep {secs}\n",
-            start = note(&format!("{name}-start"), ""),
-        )
-    };
+    let step = easy_step;
     let pipeline = format!(
         "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: easy, team: vision}}\nspec:\n  steps:\n{}{}{}{}{}",
         step("hold", 2, "      timeout: 60s\n", "", 3.0),
@@ -603,28 +612,8 @@ spec:
 #[test]
 fn a_step_without_a_timeout_backfills_once_its_history_says_it_ends_in_time() {
     let sb = Sandbox::new("sched-easy-history");
-    sb.write(
-        "cluster.yaml",
-        r#"apiVersion: sluice.dev/v1
-kind: Cluster
-metadata: {name: lab}
-spec:
-  pools:
-    - name: a100
-      nodes: 1
-      resources: {gpu: 4, cpu: 32, memory: 256Gi}
-  teams:
-    - {name: vision}
-  scheduling:
-    starvationLimit: 1s
-"#,
-    );
-    let step = |name: &str, gpu: u32, timeout: &str, needs: &str, secs: f64| {
-        format!(
-            "    - name: {name}\n      resources: {{gpu: {gpu}}}\n{timeout}{needs}      run: {start}; sleep {secs}\n",
-            start = note(&format!("{name}-start"), ""),
-        )
-    };
+    easy_cluster(&sb);
+    let step = easy_step;
     // hold: 2 GPUs for 3 s (at most 60 s). big: all 4 GPUs, starving after 1 s. After a 2 s
     // pause, quick (no timeout; 0.1 s) and, in the second run only, fresh (the same).
     let pipeline = |fresh: bool| {
