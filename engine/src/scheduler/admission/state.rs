@@ -73,6 +73,10 @@ pub(super) struct State {
     /// Teams with running steps that hold more than their quota in their quota pools, or
     /// anything outside them, less their victims: the only teams `reclaim` takes from.
     pub(super) over: Option<BTreeSet<usize>>,
+    /// Per team, the lowest priority among its running steps (`i64::MAX`: none), built on
+    /// first need: a step above it has nothing of its team's to preempt, which is known
+    /// without the victim order `index` sorts.
+    lowest: Option<Vec<i64>>,
     /// The nodes each (interruptible, flavor) of the waiting steps may use.
     pub(super) allowed: Vec<(bool, Option<String>, Allowed)>,
     /// Bumped whenever the room some query sees may have grown (room held or released,
@@ -191,6 +195,7 @@ impl State {
             victim_held: Vec::new(),
             by_team: None,
             over: None,
+            lowest: None,
             allowed,
             grow: 0,
             free_gen: 0,
@@ -245,6 +250,24 @@ impl State {
         for t in 0..teams {
             self.refresh_over(cluster, t, true);
         }
+    }
+
+    /// The lowest priority among team `t`'s running steps (`i64::MAX` when none runs).
+    pub(super) fn lowest_priority(
+        &mut self,
+        cluster: &Cluster,
+        running: &[Running],
+        t: usize,
+    ) -> i64 {
+        let lowest = self.lowest.get_or_insert_with(|| {
+            let mut lowest = vec![i64::MAX; cluster.teams.len()];
+            for r in running {
+                let l = &mut lowest[r.job.team];
+                *l = (*l).min(r.job.priority);
+            }
+            lowest
+        });
+        lowest[t]
     }
 
     pub(super) fn teams(&self) -> &ByTeam {

@@ -177,6 +177,10 @@ pub(super) fn lower_priority<'a>(
     closed: bool,
     settings: &Settings,
 ) -> Option<Vec<&'a Running>> {
+    // Nothing of its team's runs below it (most often: one priority): no victim order needed.
+    if st.lowest_priority(cluster, running, job.team) >= job.priority {
+        return fewest(st, Vec::new(), job, shape, closed, settings);
+    }
     st.index(cluster, running);
     let candidates: Vec<&Running> = st
         .teams()
