@@ -15,6 +15,22 @@ fn example(args: &[&str]) -> sluice_e2e::Ran {
     run_in(&root(), &all)
 }
 
+/// `sluice simulate --cluster CLUSTER --workload WORKLOAD EXTRA...` in `tmp`.
+fn simulate_in(
+    tmp: &TempDir,
+    cluster: &std::path::Path,
+    workload: &std::path::Path,
+    extra: &[&str],
+) -> sluice_e2e::Ran {
+    let (c, w) = (
+        cluster.display().to_string(),
+        workload.display().to_string(),
+    );
+    let mut all = vec!["simulate", "--cluster", &c, "--workload", &w];
+    all.extend(extra);
+    run_in(tmp.path(), &all)
+}
+
 /// The documented scenario (docs/scheduler-scenario.md): behaviours, not its exact numbers.
 #[test]
 fn the_documented_scenario_shows_fifo_stuck_in_half_placed_gangs_and_fair_ahead() {
@@ -199,9 +215,7 @@ fn bad_clusters_workloads_and_policies_are_usage_errors_saying_where() {
         "j.csv",
         "submit,team,workers,gpu,duration\n0,vision,1,1,60\n5,vision,x,1,60\n",
     );
-    let c = cluster.display().to_string();
-    let j = jobs.display().to_string();
-    let out = run_in(tmp.path(), &["simulate", "--cluster", &c, "--workload", &j]);
+    let out = simulate_in(&tmp, &cluster, &jobs, &[]);
     assert_eq!(out.code, Some(2));
     assert!(
         out.stderr
@@ -222,8 +236,7 @@ fn bad_clusters_workloads_and_policies_are_usage_errors_saying_where() {
         "ok.yaml",
         "apiVersion: sluice.dev/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  pools:\n    - {name: a, nodes: 2, resources: {gpu: 8}}\n",
     );
-    let g = good.display().to_string();
-    let out = run_in(tmp.path(), &["simulate", "--cluster", &g, "--workload", &j]);
+    let out = simulate_in(&tmp, &good, &jobs, &[]);
     assert_eq!(out.code, Some(2));
     assert!(
         out.stderr
@@ -231,18 +244,7 @@ fn bad_clusters_workloads_and_policies_are_usage_errors_saying_where() {
         "{}",
         out.stderr
     );
-    let out = run_in(
-        tmp.path(),
-        &[
-            "simulate",
-            "--cluster",
-            &g,
-            "--workload",
-            &j,
-            "--policy",
-            "lifo",
-        ],
-    );
+    let out = simulate_in(&tmp, &good, &jobs, &["--policy", "lifo"]);
     assert_eq!(out.code, Some(2));
 }
 
@@ -298,11 +300,7 @@ fn bad_yaml_workloads_are_reported_by_file_line_and_column() {
         "p.yml",
         "apiVersion: sluice.dev/v1\nkind: Workload\nmetadata: {name: p}\nspec:\n  jobs:\n    - {submit: 0, team: vision, gpu: 1, duration: 1h, priority: prod}\n",
     );
-    let root = root();
-    let cluster = root
-        .join("examples/simulate/lab.yaml")
-        .display()
-        .to_string();
+    let cluster = root().join("examples/simulate/lab.yaml");
     for (file, want, help) in [
         (
             &w,
@@ -315,11 +313,7 @@ fn bad_yaml_workloads_are_reported_by_file_line_and_column() {
             "help: did you mean 'production'?",
         ),
     ] {
-        let f = file.display().to_string();
-        let out = run_in(
-            tmp.path(),
-            &["simulate", "--cluster", &cluster, "--workload", &f],
-        );
+        let out = simulate_in(&tmp, &cluster, file, &[]);
         assert_eq!(out.code, Some(2), "{}", out.stderr);
         assert!(out.stderr.contains(want), "{}", out.stderr);
         assert!(out.stderr.contains(help), "{}", out.stderr);
@@ -421,19 +415,11 @@ fn slices_and_estimates_in_a_workload_are_scheduled() {
     );
     for workload in [&csv, &yaml] {
         let jobs = tmp.path().join("jobs.csv");
-        let out = run_in(
-            tmp.path(),
-            &[
-                "simulate",
-                "--cluster",
-                &cluster.display().to_string(),
-                "--workload",
-                &workload.display().to_string(),
-                "--policy",
-                "fair",
-                "--jobs",
-                &jobs.display().to_string(),
-            ],
+        let out = simulate_in(
+            &tmp,
+            &cluster,
+            workload,
+            &["--policy", "fair", "--jobs", &jobs.display().to_string()],
         );
         assert_eq!(out.code, Some(0), "{}", out.stderr);
         let text = std::fs::read_to_string(&jobs).expect("the jobs were written");
@@ -483,19 +469,11 @@ fn cost_per_team_counts_extended_resources_at_their_price() {
          0,a,1,1,1800,0,mig\n\
          0,b,1,0,3600,3,free\n",
     );
-    let out = run_in(
-        tmp.path(),
-        &[
-            "simulate",
-            "--cluster",
-            &cluster.display().to_string(),
-            "--workload",
-            &csv.display().to_string(),
-            "--policy",
-            "fair",
-            "--output",
-            "json",
-        ],
+    let out = simulate_in(
+        &tmp,
+        &cluster,
+        &csv,
+        &["--policy", "fair", "--output", "json"],
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
