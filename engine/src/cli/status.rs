@@ -42,6 +42,7 @@ impl RunsArgs {
             state: self.state.clone(),
             pipeline: self.pipeline.clone(),
             since: self.since.clone(),
+            schedule: None,
             limit: self.limit,
             offset: 0,
         }

@@ -17,6 +17,8 @@ pub struct Filter {
     pub pipeline: Option<String>,
     /// Only runs created at or after this time: RFC 3339, or a date (`2026-12-01`, UTC).
     pub since: Option<String>,
+    /// Only runs a schedule of this name started.
+    pub schedule: Option<String>,
     /// At most this many runs, newest first; 0 for all of them.
     pub limit: i64,
     /// Skip this many first (the next page: `offset` + `limit`).
@@ -48,6 +50,14 @@ pub struct Listing {
     /// Whether the principal sees any run at all (when none matched: an empty home is not a
     /// filter that matched nothing).
     pub any: bool,
+}
+
+/// A run as a page draws it (see [`Service::detail`]).
+#[derive(Debug)]
+pub struct Detail {
+    pub view: RunView,
+    pub rows: Vec<StepRow>,
+    pub pipeline: Option<crate::spec::model::Pipeline>,
 }
 
 /// The states `--state` accepts.
@@ -131,6 +141,7 @@ impl Service {
                 state,
                 name: filter.pipeline.as_deref(),
                 since: since.as_deref(),
+                schedule: filter.schedule.as_deref(),
                 limit,
                 offset: filter.offset,
             })
@@ -157,6 +168,31 @@ impl Service {
         }
         let attempts = self.store.attempts(&run.id).await?;
         Ok((run.id, steps, attempts))
+    }
+
+    /// Run `reference` for a page that draws it: its view, its step rows (each instance with
+    /// the step it is an instance of) and its pipeline (None when this version cannot read
+    /// it). Another team's run is not found.
+    pub async fn detail(&self, who: &Principal, reference: &str) -> Result<Detail, Error> {
+        let run = self.lookup(who, reference).await?;
+        let view = view::full(&self.store, &run, self.clock.now()).await?;
+        let rows = self.store.steps(&run.id).await?;
+        let pipeline = crate::run::driver::pipeline_of(&run).ok();
+        Ok(Detail {
+            view,
+            rows,
+            pipeline,
+        })
+    }
+
+    /// Who submitted each of `runs` (ids the principal sees): the name of the token (its id
+    /// when it has none) of the run's `submit` in the audit record; runs submitted on the
+    /// server's host, or started by a schedule, have none.
+    pub async fn submitters(
+        &self,
+        runs: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, Error> {
+        Ok(self.store.submitters(runs).await?)
     }
 
     /// Records the ends of attempts whose engine died (`run::reap`); a store that cannot be

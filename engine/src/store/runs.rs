@@ -17,6 +17,8 @@ pub struct RunQuery<'a> {
     pub name: Option<&'a str>,
     /// Created at or after this instant (RFC 3339 UTC, as the store writes times).
     pub since: Option<&'a str>,
+    /// Started by this schedule.
+    pub schedule: Option<&'a str>,
     /// At most this many, newest first.
     pub limit: i64,
     /// After skipping this many (the next page).
@@ -160,7 +162,8 @@ impl Store {
         let rows = sqlx::query(
             "SELECT * FROM runs WHERE ($1 IS NULL OR team = $2) AND ($3 IS NULL OR state = $4) \
              AND ($5 IS NULL OR name = $6) AND ($7 IS NULL OR created_at >= $8) \
-             ORDER BY created_at DESC, id DESC LIMIT $9 OFFSET $10",
+             AND ($9 IS NULL OR schedule = $10) \
+             ORDER BY created_at DESC, id DESC LIMIT $11 OFFSET $12",
         )
         .bind(q.team)
         .bind(q.team)
@@ -170,6 +173,8 @@ impl Store {
         .bind(q.name)
         .bind(q.since)
         .bind(q.since)
+        .bind(q.schedule)
+        .bind(q.schedule)
         .bind(q.limit)
         .bind(q.offset)
         .fetch_all(&self.pool)

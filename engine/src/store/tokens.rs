@@ -129,6 +129,37 @@ impl Store {
         Ok(())
     }
 
+    /// Who submitted each of `runs`, from their `submit` entries: the token's name, else its
+    /// id. Runs without such an entry are left out.
+    pub async fn submitters(
+        &self,
+        runs: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, Error> {
+        let mut out = std::collections::HashMap::new();
+        for chunk in runs.chunks(200) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT a.target, a.who, t.name FROM audit a LEFT JOIN tokens t ON t.id = a.who \
+                 WHERE a.action = 'submit' AND a.result = 'ok' AND a.target IN ({})",
+                marks.join(", ")
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                q = q.bind(format!("run {id}"));
+            }
+            for row in q.fetch_all(&self.pool).await? {
+                let r = Reader::new(&row, "an audit record");
+                let target: String = r.get("target")?;
+                let who: String = r.get("who")?;
+                let name: Option<String> = r.get("name")?;
+                if let Some(id) = target.strip_prefix("run ") {
+                    out.insert(id.to_owned(), name.unwrap_or(who));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The audit record, in the order it was written.
     pub async fn audit_record(&self) -> Result<Vec<AuditRow>, Error> {
         let rows =

@@ -38,6 +38,8 @@ pub struct ListQuery {
     pipeline: Option<String>,
     /// Only runs started at or after this: a date (2026-12-01) or an RFC 3339 time.
     since: Option<String>,
+    /// Only runs a schedule of this name started.
+    schedule: Option<String>,
     /// At most this many runs, newest first (default 20; 0 for all).
     #[param(minimum = 0)]
     limit: Option<i64>,
@@ -102,6 +104,7 @@ pub async fn list(
         state: q.state,
         pipeline: q.pipeline,
         since: q.since,
+        schedule: q.schedule,
         limit: q.limit.unwrap_or(20),
         offset: q.offset.unwrap_or(0),
     };
@@ -224,7 +227,7 @@ pub(super) async fn submit_request(
 
 /// Records a change and its result; a store that cannot record it is said in the log (the
 /// change itself is already committed or refused).
-pub(super) async fn audit<T>(
+pub(crate) async fn audit<T>(
     state: &AppState,
     caller: &Caller,
     action: &str,

@@ -172,6 +172,37 @@ conformance!(
                 .expect("none")
                 .is_empty()
         );
+        // A schedule's runs (the web UI's filter), with the other filters and a page.
+        let mut fired = new_run("d4", "p", "x", &["s"]);
+        fired.schedule = Some("nightly".into());
+        store.create_run(&fired, None).await.expect("create");
+        let query = |schedule, offset| crate::store::RunQuery {
+            team: Some("x"),
+            schedule,
+            limit: 10,
+            offset,
+            ..Default::default()
+        };
+        assert_eq!(
+            ids(store
+                .runs_matching(&query(Some("nightly"), 0))
+                .await
+                .expect("q")),
+            ["d4"],
+            "{backend}"
+        );
+        assert!(
+            store
+                .runs_matching(&query(Some("weekly"), 0))
+                .await
+                .expect("q")
+                .is_empty()
+        );
+        assert_eq!(
+            ids(store.runs_matching(&query(None, 1)).await.expect("q")),
+            ["c3", "a1"],
+            "the second page"
+        );
     }
 );
 

@@ -86,6 +86,43 @@ conformance!(the_audit_record_keeps_changes_in_order, |store, backend| {
 });
 
 conformance!(
+    who_submitted_a_run_is_the_name_of_the_token_of_its_submit,
+    |store, backend| {
+        store
+            .insert_token(&token("t1", "vision", "h1"))
+            .await
+            .expect("insert");
+        let mut unnamed = token("t2", "vision", "h2");
+        unnamed.name = None;
+        store.insert_token(&unnamed).await.expect("insert");
+        let entries = [
+            ("t1", "submit", "run r1", "ok"),
+            ("t2", "submit", "run r2", "ok"),
+            // A refused submit, and another change of r1: neither says who submitted.
+            ("t2", "submit", "run r3", "403 Forbidden"),
+            ("t2", "cancel", "run r1", "ok"),
+        ];
+        for (who, action, target, result) in entries {
+            let row = AuditRow {
+                at: "2026-12-05T10:00:00.000Z".into(),
+                who: who.into(),
+                team: "vision".into(),
+                action: action.into(),
+                target: target.into(),
+                result: result.into(),
+            };
+            store.audit(&row).await.expect("audit");
+        }
+        let ids: Vec<String> = ["r1", "r2", "r3", "r4"].map(String::from).to_vec();
+        let who = store.submitters(&ids).await.expect("submitters");
+        assert_eq!(who.get("r1").map(String::as_str), Some("t1's"), "{backend}");
+        assert_eq!(who.get("r2").map(String::as_str), Some("t2"), "{backend}");
+        assert_eq!(who.len(), 2, "{who:?}");
+        assert!(store.submitters(&[]).await.expect("none").is_empty());
+    }
+);
+
+conformance!(
     a_leader_that_was_taken_over_writes_no_more,
     |store, backend| {
         store
