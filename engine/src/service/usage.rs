@@ -159,13 +159,28 @@ impl Service {
     /// gone from it with their attempts.
     pub async fn usage(&self, who: &Principal, query: &UsageQuery) -> Result<Usage, Error> {
         let window = window(query)?;
+        let mut all = self.usage_within(who, query, &[window]).await?;
+        Ok(all.pop().unwrap_or_default())
+    }
+
+    /// `usage` of `query`, cut into each of `parts` (windows inside the query's, such as its
+    /// days): the attempts are read and priced once, then accounted per part.
+    pub async fn usage_within(
+        &self,
+        who: &Principal,
+        query: &UsageQuery,
+        parts: &[Window],
+    ) -> Result<Vec<Usage>, Error> {
+        let window = window(query)?;
         let by = if query.by.is_empty() {
             vec![Key::Team]
         } else {
             query.by.clone()
         };
         let team = match (query.team.as_deref(), who.bound_team()) {
-            (Some(asked), Some(own)) if asked != own => return Ok(Usage::default()),
+            (Some(asked), Some(own)) if asked != own => {
+                return Ok(vec![Usage::default(); parts.len()]);
+            }
             (asked, own) => asked.or(own),
         };
         self.collect_quietly().await;
@@ -184,7 +199,22 @@ impl Service {
         for a in &attempts {
             self.shares(a, now, &mut runs, &mut shares).await?;
         }
-        Ok(account(&shares, window, &by))
+        Ok(parts
+            .iter()
+            .map(|part| {
+                let inside = Window {
+                    since: match (part.since, window.since) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    },
+                    until: match (part.until, window.until) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    },
+                };
+                account(&shares, inside, &by)
+            })
+            .collect())
     }
 
     /// The GPUs running attempts hold now, by team and pool (`/metrics`), with the same
