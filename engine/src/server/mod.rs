@@ -1,7 +1,7 @@
 //! `sluice server`: the same engine as `sluice run`, kept running for many teams. One process
 //! drives every run of its state store ([`drivers`], one scheduler per Cluster over all of
 //! them) and serves the HTTP API ([`api`]) that the CLI's `--server` mode and other clients
-//! use; `/metrics`, `/healthz` and `/readyz` beside it.
+//! use, and the web UI at `/` ([`ui`]); `/metrics`, `/healthz` and `/readyz` beside it.
 //!
 //! Nothing here runs steps differently from embedded mode: a run submitted through the API is
 //! recorded by the service and driven by `run::Driver`, exactly as `sluice run` drives it.
@@ -11,6 +11,7 @@ pub mod drivers;
 pub mod leader;
 pub mod metrics;
 pub mod ticks;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -29,6 +29,7 @@ use utoipa_axum::routes;
 
 pub use auth::Caller;
 pub use error::ApiError;
+pub(crate) use runs::audit;
 pub use tokens::{parse_expiry, parse_role};
 
 use super::Config;
@@ -130,6 +131,7 @@ pub fn router(state: AppState) -> Router {
     let (api, doc) = routes();
     let doc = Arc::new(doc);
     api.merge(system::routes(doc))
+        .merge(super::ui::routes())
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,

@@ -1,0 +1,288 @@
+//! Who looks at a page: the token kept in the `sluice_token` cookie (set by `/login`,
+//! `HttpOnly` and `SameSite=Strict`, never in a URL), checked against the store on every
+//! request as the API checks its bearer token, so that a revoked token is signed out at its
+//! next click. Changes carry a CSRF value derived from the token ([`csrf_of`]).
+
+use axum::Form;
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::layout;
+use crate::server::api::{AppState, Caller};
+use crate::service::{Principal, Role};
+
+/// The cookie holding the token.
+pub const COOKIE: &str = "sluice_token";
+
+/// The CSRF value of the forms of a session: a hash of its token, so that the server keeps
+/// no session table, and a page of another site (which cannot read ours) cannot know it.
+pub fn csrf_of(token: &str) -> String {
+    let digest = Sha256::digest(format!("sluice web ui csrf\0{token}").as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A signed-in viewer of a page.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub caller: Caller,
+    /// The value every form of this session carries.
+    pub csrf: String,
+}
+
+impl Session {
+    pub fn principal(&self) -> &Principal {
+        &self.caller.principal
+    }
+
+    /// The token's team, as pages name it (`*` for an admin of every team).
+    pub fn team(&self) -> &str {
+        self.caller.team()
+    }
+
+    /// Whether this session may change runs of `team` (a member of it, an admin).
+    pub fn may_change(&self, team: &str) -> bool {
+        self.principal().may_change(team)
+    }
+
+    pub fn role(&self) -> Role {
+        self.principal().role
+    }
+
+    /// Refuses a change whose form does not carry this session's CSRF value (403).
+    pub fn check_csrf(&self, sent: &str) -> Result<(), super::PageError> {
+        if !sent.is_empty() && sent == self.csrf {
+            return Ok(());
+        }
+        Err(super::PageError::new(
+            StatusCode::FORBIDDEN,
+            "this change did not come from a sluice page (its form's CSRF value is missing or wrong): reload the page and try again",
+        ))
+    }
+}
+
+/// The token in the request's cookies, if any.
+fn token_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// Where a page that needs a session sends a visitor without one: the sign-in page, which
+/// comes back to the page asked for.
+fn to_login(parts: &Parts, why: Option<&str>) -> Response {
+    let back = parts
+        .uri
+        .path_and_query()
+        .map_or("/runs", |p| p.as_str())
+        .to_owned();
+    let mut url = format!("/login?next={}", encode(&back));
+    if let Some(why) = why {
+        url.push_str("&why=");
+        url.push_str(&encode(why));
+    }
+    let mut response = Redirect::to(&url).into_response();
+    if why.is_some() {
+        // A token that no longer works is forgotten.
+        if let Ok(v) = clear_cookie().parse() {
+            response.headers_mut().insert(header::SET_COOKIE, v);
+        }
+    }
+    response
+}
+
+/// Percent-encodes what goes into a query string.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn clear_cookie() -> String {
+    format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let Some(token) = token_of(&parts.headers) else {
+            return Err(to_login(parts, None));
+        };
+        let who = match state.service.authenticate(&token).await {
+            Ok(who) => who,
+            Err(crate::service::Error::Unauthenticated(why)) => {
+                return Err(to_login(parts, Some(&why)));
+            }
+            Err(e) => return Err(super::PageError::from(e).into_response()),
+        };
+        if let Err(not_until) = state.limiter.check_key(&who.id) {
+            use governor::clock::{Clock, DefaultClock};
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            return Err(super::PageError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "too many requests with this token: try again in {} s",
+                    wait.as_secs() + 1
+                ),
+            )
+            .into_response());
+        }
+        Ok(Session {
+            csrf: csrf_of(&token),
+            caller: Caller {
+                principal: who.principal,
+                id: who.id,
+            },
+        })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LoginQuery {
+    next: Option<String>,
+    why: Option<String>,
+}
+
+/// Only a path of this site is gone back to after signing in (not `//other.site`).
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        _ => "/runs".to_owned(),
+    }
+}
+
+fn login_form(next: &str, error: Option<&str>) -> maud::Markup {
+    layout::bare(
+        "Sign in",
+        html! {
+            main.narrow {
+                h1 { "sluice" }
+                p { "Paste a token of your team (" code { "sluice token create --team TEAM --role viewer" } "). It is kept in a cookie this site only can read, and sent with every page." }
+                @if let Some(e) = error { p.error role="alert" { (e) } }
+                form method="post" action="/login" {
+                    input type="hidden" name="next" value=(next);
+                    label for="token" { "Token" }
+                    input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                    button type="submit" { "Sign in" }
+                }
+            }
+        },
+    )
+}
+
+pub async fn login_page(
+    query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = query.ok().map(|Query(q)| q).unwrap_or_default();
+    let next = safe_next(q.next.as_deref());
+    layout::html_response(StatusCode::OK, login_form(&next, q.why.as_deref()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+/// Checks the token and keeps it in the cookie; a token that does not work is said on the
+/// form again (401), with the store's reason (unknown, expired, revoked).
+pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    let next = safe_next(form.next.as_deref());
+    match state.service.authenticate(token).await {
+        Ok(_) => {
+            let mut response = Redirect::to(&next).into_response();
+            // Cookie values may not hold spaces, commas or semicolons; tokens never do.
+            let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+            match cookie.parse() {
+                Ok(v) => {
+                    response.headers_mut().insert(header::SET_COOKIE, v);
+                    response
+                }
+                Err(_) => layout::html_response(
+                    StatusCode::UNAUTHORIZED,
+                    login_form(&next, Some("that is not a sluice token")),
+                ),
+            }
+        }
+        Err(crate::service::Error::Unauthenticated(why)) => {
+            layout::html_response(StatusCode::UNAUTHORIZED, login_form(&next, Some(&why)))
+        }
+        Err(e) => super::PageError::from(e).into_response(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
+/// A change's form; one that cannot be read (no body, another content type: what a forged
+/// request may send) has no CSRF value, and is refused as such.
+pub type ChangeForm = Result<Form<CsrfForm>, axum::extract::rejection::FormRejection>;
+
+pub fn csrf_field(form: ChangeForm) -> CsrfForm {
+    form.map(|Form(f)| f).unwrap_or_default()
+}
+
+/// Forgets the token.
+pub async fn logout(session: Session, form: ChangeForm) -> Response {
+    if let Err(e) = session.check_csrf(&csrf_field(form).csrf) {
+        return e.into_response();
+    }
+    let mut response = Redirect::to("/login").into_response();
+    if let Ok(v) = clear_cookie().parse() {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cookie_is_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            "a=1; sluice_token=abc; b=2".parse().expect("a header"),
+        );
+        assert_eq!(token_of(&h).as_deref(), Some("abc"));
+        h.insert(header::COOKIE, "sluice_token=".parse().expect("a header"));
+        assert_eq!(token_of(&h), None);
+    }
+
+    #[test]
+    fn only_this_sites_paths_are_gone_back_to() {
+        assert_eq!(safe_next(Some("/runs/abc")), "/runs/abc");
+        assert_eq!(safe_next(Some("//evil.example/x")), "/runs");
+        assert_eq!(safe_next(Some("https://evil.example")), "/runs");
+        assert_eq!(safe_next(None), "/runs");
+    }
+
+    #[test]
+    fn csrf_values_differ_per_token() {
+        assert_ne!(csrf_of("a"), csrf_of("b"));
+        assert_eq!(csrf_of("a"), csrf_of("a"));
+        assert_eq!(csrf_of("a").len(), 32);
+    }
+}
