@@ -4,6 +4,7 @@
 //! tests do), so `cargo build --workspace` must run before the tests; `.ci/run` and the
 //! README's test command do.
 
+pub mod browser;
 pub mod crashy;
 pub mod http;
 pub mod kube;

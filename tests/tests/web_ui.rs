@@ -1,0 +1,414 @@
+//! The web UI in a real headless browser (Debian's chromium through chromedriver): signing
+//! in, the runs list, a run's graph with each step's state, a failed step's log, a sweep's
+//! charts, teams kept apart (404), a viewer without buttons, and forged changes refused.
+//! The screenshots in docs/screenshots are taken here.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_e2e::browser::Browser;
+use sluice_e2e::server::{Server, token};
+use sluice_e2e::{Sandbox, root};
+
+const FAILS: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: validate}
+spec:
+  steps:
+    - name: load
+      run: echo loaded 0 rows
+    - name: check
+      needs: [load]
+      run: echo "the input has 0 rows, expected at least 1" >&2; exit 3
+"#;
+
+const SLOW: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: slow}
+spec:
+  steps:
+    - name: wait
+      run: sleep 120
+"#;
+
+/// `sluice ARGS --detach` against the server from `dir`: the run's id.
+fn submit_in(server: &Server, dir: &std::path::Path, token: &str, args: &[&str]) -> String {
+    let mut cmd = sluice_e2e::sluice();
+    cmd.args(args)
+        .arg("--detach")
+        .current_dir(dir)
+        .env("SLUICE_SERVER", server.url())
+        .env("SLUICE_TOKEN", token)
+        .env("SLUICE_HOME", dir.join("client-home"));
+    let out = sluice_e2e::ran(sluice_e2e::wait::output(&mut cmd));
+    assert_eq!(out.code, Some(0), "{args:?}: {}", out.stderr);
+    out.stdout.trim().to_owned()
+}
+
+fn status(server: &Server, token: &str, id: &str) -> Value {
+    let a = server.call("GET", &format!("/api/v1/runs/{id}"), Some(token), None);
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.json()
+}
+
+fn wait_state(server: &Server, token: &str, id: &str, want: &[&str]) -> Value {
+    let mut last = Value::Null;
+    sluice_e2e::wait_for(&format!("run {id} to be one of {want:?}"), || {
+        last = status(server, token, id);
+        want.iter().any(|w| last["state"] == *w)
+    });
+    last
+}
+
+/// A GET from the page (with its cookies): the answer's status.
+async fn status_from_page(b: &Browser, path: &str) -> i64 {
+    b.client
+        .execute_async(
+            "const [path, done] = arguments; fetch(path).then(r => done(r.status)).catch(() => done(-1));",
+            vec![path.into()],
+        )
+        .await
+        .expect("the page's request")
+        .as_i64()
+        .unwrap_or(-1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_signs_in_and_reads_runs_graphs_logs_and_sweeps() {
+    let sb = Sandbox::new("web-ui-member");
+    let (_, member) = token(&sb, "vision", "member", &["--name", "alice"]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    let examples = root().join("examples");
+    let diamond = submit_in(
+        &server,
+        &examples.join("pipelines"),
+        &member,
+        &["run", "diamond.yaml"],
+    );
+    sb.write("fails.yaml", FAILS);
+    let failed = submit_in(&server, sb.path(), &member, &["run", "fails.yaml"]);
+    let sweep = submit_in(
+        &server,
+        &examples.join("sweeps"),
+        &member,
+        &["sweep", "early-stop.yaml"],
+    );
+    let diamond_status = wait_state(&server, &member, &diamond, &["Succeeded"]);
+    wait_state(&server, &member, &failed, &["Failed"]);
+    let sweep_status = wait_state(&server, &member, &sweep, &["Succeeded", "Failed"]);
+
+    let b = Browser::start().await;
+    // Signed out, a page sends to the sign-in form, which comes back to it.
+    b.goto(&format!("{base}/runs")).await;
+    assert!(b.url().await.contains("/login"), "{}", b.url().await);
+    b.sign_in(&base, &member).await;
+    assert!(b.url().await.ends_with("/runs"), "{}", b.url().await);
+    // The token never shows in a URL.
+    assert!(!b.url().await.contains(&member));
+    let listed = b.attrs("#runs tbody tr", "data-run").await;
+    for id in [&diamond, &failed, &sweep] {
+        assert!(listed.contains(id), "{id} in the runs list {listed:?}");
+    }
+    let text = b.text().await;
+    assert!(text.contains("alice"), "who submitted: {text}");
+    b.screenshot("runs").await;
+    // A filter by state.
+    b.goto(&format!("{base}/runs?state=Failed")).await;
+    assert_eq!(
+        b.attrs("#runs tbody tr", "data-run").await,
+        vec![failed.clone()]
+    );
+
+    // The diamond's graph: every step, in the state the API gives.
+    b.goto(&format!("{base}/runs/{diamond}")).await;
+    let steps = b.attrs("svg.dag g.node", "data-step").await;
+    let states = b.attrs("svg.dag g.node", "data-state").await;
+    let api = sluice_e2e::step_states(&diamond_status);
+    assert_eq!(steps.len(), api.len(), "{steps:?} vs {api:?}");
+    for (step, state) in steps.iter().zip(&states) {
+        assert_eq!(api.get(step), Some(state), "step {step}");
+    }
+    assert_eq!(b.count("svg.dag path.edge").await, 4);
+    b.screenshot("run").await;
+
+    // The failed step: its box says so, and its log is readable.
+    b.goto(&format!("{base}/runs/{failed}")).await;
+    let failed_nodes: Vec<String> = b.attrs("svg.dag g.node.failed", "data-step").await;
+    assert_eq!(failed_nodes, vec!["check".to_owned()]);
+    b.goto(&format!("{base}/runs/{failed}/steps/check")).await;
+    let log = b
+        .client
+        .find(fantoccini::Locator::Css("pre#log"))
+        .await
+        .expect("the log")
+        .text()
+        .await
+        .expect("its text");
+    assert!(
+        log.contains("the input has 0 rows, expected at least 1"),
+        "{log}"
+    );
+    b.screenshot("step-log").await;
+
+    // The sweep: a point per trial with a value, a line per trial in parallel coordinates,
+    // early-stopped trials marked.
+    b.goto(&format!("{base}/runs/{sweep}")).await;
+    let trials = sweep_status["trials"].as_array().expect("trials");
+    let valued = trials.iter().filter(|t| t["value"].is_number()).count();
+    assert!(valued > 0, "{sweep_status}");
+    assert_eq!(b.count("svg.history circle").await, valued);
+    assert_eq!(b.count("svg.parallel path.pc").await, trials.len());
+    assert_eq!(b.count("#trials tbody tr").await, trials.len());
+    let stopped = trials.iter().filter(|t| t["state"] == "Stopped").count();
+    assert_eq!(
+        b.count("#trials tbody tr[data-state=Stopped]").await,
+        stopped
+    );
+    let stopped_with_value = trials
+        .iter()
+        .filter(|t| t["state"] == "Stopped" && t["value"].is_number())
+        .count();
+    assert_eq!(
+        b.count("svg.history circle.stopped").await,
+        stopped_with_value
+    );
+    b.client
+        .execute("document.getElementById('sweep').scrollIntoView();", vec![])
+        .await
+        .expect("scrolled to the charts");
+    b.screenshot("sweep").await;
+
+    b.goto(&format!("{base}/usage")).await;
+    assert!(b.text().await.contains("team vision"));
+    assert!(
+        b.count("#usage tbody tr").await >= 2,
+        "a row per pipeline, and the total"
+    );
+    b.screenshot("usage").await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_teams_token_sees_none_of_its_pages() {
+    let sb = Sandbox::new("web-ui-teams");
+    let (_, a) = token(&sb, "vision", "member", &[]);
+    let (_, b_token) = token(&sb, "nlp", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("fails.yaml", FAILS);
+    let id = submit_in(&server, sb.path(), &a, &["run", "fails.yaml"]);
+    wait_state(&server, &a, &id, &["Failed"]);
+
+    let b = Browser::start().await;
+    b.sign_in(&base, &b_token).await;
+    assert!(b.text().await.contains("team nlp"));
+    assert!(b.attrs("#runs tbody tr", "data-run").await.is_empty());
+    for path in [
+        format!("/runs/{id}"),
+        format!("/runs/{}", &id[..6]),
+        format!("/runs/{id}/steps/check"),
+        format!("/runs/{id}/steps/check/log.txt"),
+        format!("/runs/{id}/live"),
+    ] {
+        assert_eq!(status_from_page(&b, &path).await, 404, "{path}");
+    }
+    b.goto(&format!("{base}/runs/{id}")).await;
+    let text = b.text().await;
+    assert!(
+        text.contains("404") && text.contains("unknown run"),
+        "{text}"
+    );
+    assert!(!text.contains("the input has 0 rows"));
+    // A change to it is 404 too, never done.
+    b.goto(&format!("{base}/runs")).await;
+    let csrf = b.attrs("input[name=csrf]", "value").await;
+    let status = b
+        .post_from_page(&format!("/runs/{id}/retry"), &format!("csrf={}", csrf[0]))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(status_of(&server, &a, &id), "Failed");
+    b.close().await;
+}
+
+fn status_of(server: &Server, token: &str, id: &str) -> String {
+    status(server, token, id)["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_has_no_buttons_and_forged_changes_are_refused() {
+    let sb = Sandbox::new("web-ui-roles");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let (_, viewer) = token(&sb, "vision", "viewer", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("slow.yaml", SLOW);
+    let id = submit_in(&server, sb.path(), &member, &["run", "slow.yaml"]);
+    sluice_e2e::wait_for("the step to run", || {
+        sluice_e2e::step_states(&status(&server, &member, &id)).get("wait")
+            == Some(&"Running".to_owned())
+    });
+    let cancel = format!("/runs/{id}/cancel");
+
+    // A viewer: no button, and the change refused even with the session's own CSRF value.
+    let b = Browser::start().await;
+    b.sign_in(&base, &viewer).await;
+    b.goto(&format!("{base}/runs/{id}")).await;
+    assert!(b.text().await.contains("Running"));
+    assert_eq!(b.count(&format!("form[action='{cancel}']")).await, 0);
+    assert_eq!(b.count("form[action$='/preempt']").await, 0);
+    let csrf = b.attrs("input[name=csrf]", "value").await;
+    assert_eq!(
+        b.post_from_page(&cancel, &format!("csrf={}", csrf[0]))
+            .await,
+        403
+    );
+    assert_eq!(status_of(&server, &member, &id), "Running");
+    b.close().await;
+
+    // A member: the buttons, but a request without the page's CSRF value is refused.
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+    b.goto(&format!("{base}/runs/{id}")).await;
+    assert_eq!(b.count(&format!("form[action='{cancel}']")).await, 1);
+    assert_eq!(b.count("form[action$='/preempt']").await, 1);
+    assert_eq!(b.post_from_page(&cancel, "").await, 403);
+    assert_eq!(
+        b.post_from_page(&cancel, "csrf=0123456789abcdef").await,
+        403
+    );
+    assert_eq!(status_of(&server, &member, &id), "Running");
+
+    // A page of another site posting the form: the cookie is SameSite=Strict, so the change
+    // arrives without a session, and nothing is done.
+    let other_site = base.replace("127.0.0.1", "localhost");
+    b.goto(&format!("{other_site}/login")).await;
+    b.client
+        .execute(
+            "const [target] = arguments; const f = document.createElement('form'); \
+             f.method = 'post'; f.action = target; document.body.appendChild(f); f.submit();",
+            vec![format!("{base}{cancel}").into()],
+        )
+        .await
+        .expect("the forged form is sent");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(b.url().await.contains("/login"), "{}", b.url().await);
+    assert_eq!(status_of(&server, &member, &id), "Running");
+
+    // The real button cancels (its confirmation accepted).
+    b.goto(&format!("{base}/runs/{id}")).await;
+    b.client
+        .execute("window.confirm = () => true;", vec![])
+        .await
+        .expect("confirm accepted");
+    b.client
+        .find(fantoccini::Locator::Css(&format!(
+            "form[action='{cancel}'] button"
+        )))
+        .await
+        .expect("the cancel button")
+        .click()
+        .await
+        .expect("a click");
+    b.wait_for_text("the cancellation", false, |t| {
+        t.contains("Cancellation requested")
+    })
+    .await;
+    wait_state(&server, &member, &id, &["Cancelled"]);
+    b.close().await;
+}
+
+const CLUSTER: &str = r#"apiVersion: sluice.dev/v1
+kind: Cluster
+metadata: {name: lab}
+spec:
+  pools:
+    - name: a100
+      nodes: 1
+      resources: {gpu: 2, cpu: 32, memory: 256Gi}
+  teams:
+    - {name: vision, quota: {gpu: 2}}
+    - {name: nlp, quota: {gpu: 2}}
+"#;
+
+const QUEUED: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: train}
+spec:
+  steps:
+    - name: hold
+      run: sleep 120
+      resources: {gpu: 2}
+    - name: next
+      run: echo done
+      resources: {gpu: 2}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_shows_what_runs_what_waits_and_why() {
+    let sb = Sandbox::new("web-ui-queue");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    sb.write("cluster.yaml", CLUSTER);
+    let cluster = sb.path().join("cluster.yaml");
+    let server = Server::start(&sb, &["--cluster", cluster.to_str().expect("a path")]);
+    let base = server.url();
+    sb.write("train.yaml", QUEUED);
+    let id = submit_in(&server, sb.path(), &member, &["run", "train.yaml"]);
+    // One of the two holds the node's GPUs; the other waits, saying why.
+    let mut waiting = (String::new(), String::new());
+    sluice_e2e::wait_for(
+        "one step to run and the other to wait with a reason",
+        || {
+            let s = status(&server, &member, &id);
+            let steps = s["steps"].as_array().cloned().unwrap_or_default();
+            let running = steps.iter().any(|t| t["state"] == "Running");
+            match steps
+                .iter()
+                .find(|t| t["state"] == "Queued" && t["reason"].is_string())
+            {
+                Some(t) if running => {
+                    waiting = (
+                        t["name"].as_str().unwrap_or_default().to_owned(),
+                        t["reason"].as_str().unwrap_or_default().to_owned(),
+                    );
+                    true
+                }
+                _ => false,
+            }
+        },
+    );
+
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+    b.goto(&format!("{base}/queue")).await;
+    assert_eq!(b.count("#running tbody tr").await, 1);
+    assert_eq!(
+        b.attrs("#waiting tbody tr", "data-step").await,
+        vec![waiting.0.clone()]
+    );
+    let reason = b
+        .client
+        .find(fantoccini::Locator::Css("#waiting tbody tr td.reason"))
+        .await
+        .expect("the reason")
+        .text()
+        .await
+        .expect("its text");
+    assert_eq!(reason, waiting.1, "the reason `status` gives");
+    let vision = b
+        .client
+        .find(fantoccini::Locator::Css("#quotas tr[data-team=vision]"))
+        .await
+        .expect("vision's quota")
+        .text()
+        .await
+        .expect("its text");
+    assert!(vision.starts_with("vision 2 2 a100: 2"), "{vision}");
+    b.screenshot("queue").await;
+    b.close().await;
+    let out = server.cli(&sb, Some(&member), &["cancel", &id]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
