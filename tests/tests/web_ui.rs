@@ -412,3 +412,108 @@ async fn the_queue_shows_what_runs_what_waits_and_why() {
     let out = server.cli(&sb, Some(&member), &["cancel", &id]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
+
+const LIVE: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: live}
+spec:
+  steps:
+    - name: talk
+      run: for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.6; done
+    - name: after
+      needs: [talk]
+      run: sleep 4; echo done
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_runs_log_and_graph_update_without_a_reload() {
+    let sb = Sandbox::new("web-ui-live");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("live.yaml", LIVE);
+    let id = submit_in(&server, sb.path(), &member, &["run", "live.yaml"]);
+    sluice_e2e::wait_for("talk to run", || {
+        sluice_e2e::step_states(&status(&server, &member, &id)).get("talk")
+            == Some(&"Running".to_owned())
+    });
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+
+    // The log grows on the page as the step writes it.
+    b.goto(&format!("{base}/runs/{id}/steps/talk")).await;
+    assert_eq!(b.count("pre[data-live-log]").await, 1, "{}", b.text().await);
+    // The step writes for 4.8 s after it started: the last line comes after the page.
+    assert!(!b.text().await.contains("line 8"), "{}", b.text().await);
+    b.wait_for_text("the step's last line", false, |t| t.contains("line 8"))
+        .await;
+    let log = b.text().await;
+    // Each line once: what was on the page is not appended again.
+    for i in 1..=8 {
+        assert_eq!(log.matches(&format!("line {i}")).count(), 1, "{log}");
+    }
+
+    // The graph follows the run to its end.
+    b.goto(&format!("{base}/runs/{id}")).await;
+    assert_eq!(b.count("[data-live]").await, 1);
+    assert_ne!(
+        b.attrs("svg.dag g.node", "data-state").await,
+        ["Succeeded", "Succeeded"],
+        "`after` runs for 4 s"
+    );
+    let deadline = std::time::Instant::now() + sluice_e2e::wait::deadline();
+    loop {
+        let states = b.attrs("svg.dag g.node", "data-state").await;
+        if states == ["Succeeded", "Succeeded"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the graph stayed at {states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(b.text().await.contains("Succeeded"));
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_show_their_next_fire_in_their_time_zone() {
+    let sb = Sandbox::new("web-ui-schedules");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    let examples = root().join("examples").join("schedules");
+    let out = server.cli(
+        &sb,
+        Some(&member),
+        &["apply", "-f", examples.to_str().expect("a path")],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+    b.goto(&format!("{base}/schedules")).await;
+    assert_eq!(
+        b.attrs("#schedules tbody tr", "data-schedule").await,
+        ["nightly-retrain"]
+    );
+    let row = b
+        .client
+        .find(fantoccini::Locator::Css("#schedules tbody tr"))
+        .await
+        .expect("the row")
+        .text()
+        .await
+        .expect("its text");
+    // 02:00 in Berlin, whichever of CET and CEST the next night is in.
+    assert!(
+        row.contains(" 02:00 CET") || row.contains(" 02:00 CEST"),
+        "{row}"
+    );
+    assert!(
+        row.contains("Europe/Berlin") && row.contains("0 2 * * *"),
+        "{row}"
+    );
+    b.screenshot("schedules").await;
+    b.close().await;
+}
