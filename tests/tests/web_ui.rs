@@ -332,19 +332,22 @@ spec:
   teams:
     - {name: vision, quota: {gpu: 2}}
     - {name: nlp, quota: {gpu: 2}}
+  priorities:
+    - {name: high, value: 100}
+    - {name: low, value: 0, default: true}
 "#;
 
+/// Four steps that each take the whole node: the high one written first runs, and the other
+/// three wait in the scheduler's order: the other high one, then the low ones as written.
 const QUEUED: &str = r#"apiVersion: sluice.dev/v1
 kind: Pipeline
 metadata: {name: train}
 spec:
   steps:
-    - name: hold
-      run: sleep 120
-      resources: {gpu: 2}
-    - name: next
-      run: echo done
-      resources: {gpu: 2}
+    - {name: s1, run: sleep 120, resources: {gpu: 2}}
+    - {name: s2, run: sleep 120, resources: {gpu: 2}, priority: high}
+    - {name: s3, run: sleep 120, resources: {gpu: 2}}
+    - {name: s4, run: sleep 120, resources: {gpu: 2}, priority: high}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,47 +360,62 @@ async fn the_queue_shows_what_runs_what_waits_and_why() {
     let base = server.url();
     sb.write("train.yaml", QUEUED);
     let id = submit_in(&server, sb.path(), &member, &["run", "train.yaml"]);
-    // One of the two holds the node's GPUs; the other waits, saying why.
-    let mut waiting = (String::new(), String::new());
-    sluice_e2e::wait_for(
-        "one step to run and the other to wait with a reason",
-        || {
-            let s = status(&server, &member, &id);
-            let steps = s["steps"].as_array().cloned().unwrap_or_default();
-            let running = steps.iter().any(|t| t["state"] == "Running");
-            match steps
-                .iter()
-                .find(|t| t["state"] == "Queued" && t["reason"].is_string())
-            {
-                Some(t) if running => {
-                    waiting = (
-                        t["name"].as_str().unwrap_or_default().to_owned(),
-                        t["reason"].as_str().unwrap_or_default().to_owned(),
-                    );
-                    true
-                }
-                _ => false,
-            }
-        },
-    );
+    // s2 holds the node's GPUs; the others wait, each saying why.
+    let mut reasons = std::collections::BTreeMap::new();
+    sluice_e2e::wait_for("s2 to run and the others to wait with a reason", || {
+        let s = status(&server, &member, &id);
+        let steps = s["steps"].as_array().cloned().unwrap_or_default();
+        reasons = steps
+            .iter()
+            .filter(|t| t["state"] == "Queued" && t["reason"].is_string())
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap_or_default().to_owned(),
+                    t["reason"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        sluice_e2e::step_states(&s).get("s2") == Some(&"Running".to_owned()) && reasons.len() == 3
+    });
 
     let b = Browser::start().await;
     b.sign_in(&base, &member).await;
     b.goto(&format!("{base}/queue")).await;
-    assert_eq!(b.count("#running tbody tr").await, 1);
+    assert_eq!(b.attrs("#running tbody tr", "data-step").await, ["s2"]);
     assert_eq!(
         b.attrs("#waiting tbody tr", "data-step").await,
-        vec![waiting.0.clone()]
+        ["s4", "s1", "s3"],
+        "high before low, then as written"
     );
-    let reason = b
+    let mut shown = Vec::new();
+    for row in b
         .client
-        .find(fantoccini::Locator::Css("#waiting tbody tr td.reason"))
+        .find_all(fantoccini::Locator::Css("#waiting tbody tr"))
         .await
-        .expect("the reason")
-        .text()
-        .await
-        .expect("its text");
-    assert_eq!(reason, waiting.1, "the reason `status` gives");
+        .expect("the rows")
+    {
+        let step = row
+            .attr("data-step")
+            .await
+            .expect("a step")
+            .unwrap_or_default();
+        let reason = row
+            .find(fantoccini::Locator::Css("td.reason"))
+            .await
+            .expect("a reason")
+            .text()
+            .await
+            .expect("its text");
+        shown.push((step, reason));
+    }
+    assert_eq!(shown.len(), 3);
+    for (step, reason) in &shown {
+        assert_eq!(
+            Some(reason),
+            reasons.get(step),
+            "the reason `status` gives {step}"
+        );
+    }
     let vision = b
         .client
         .find(fantoccini::Locator::Css("#quotas tr[data-team=vision]"))

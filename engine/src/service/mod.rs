@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub use control::{Preempted, Retried};
 pub use error::{Error, InTheWay, Io};
 pub use principal::{Principal, Role};
-pub use read::{Detail, Filter, Listing};
+pub use read::{Detail, Filter, Listing, Waiting};
 pub use submit::{Checked, Request, Submitted};
 pub use tokens::{Authenticated, Created};
 pub use usage::{Usage, UsageQuery};

@@ -60,6 +60,19 @@ pub struct Detail {
     pub pipeline: Option<crate::spec::model::Pipeline>,
 }
 
+/// A step waiting for the cluster's scheduler (see [`Service::waiting_order`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub run: String,
+    pub step: String,
+    /// Its priority class's value.
+    pub priority: i64,
+    /// GPUs it asks for, all workers together.
+    pub gpus: u64,
+    /// Since when it waits (unix ms).
+    pub since_ms: i64,
+}
+
 /// The states `--state` accepts.
 const RUN_STATES: [&str; 4] = [rs::RUNNING, rs::SUCCEEDED, rs::FAILED, rs::CANCELLED];
 
@@ -183,6 +196,47 @@ impl Service {
             rows,
             pipeline,
         })
+    }
+
+    /// `team`'s steps waiting for the cluster's scheduler, in the order it takes them within
+    /// the team: by priority, then how long they have waited (`fifo`: by how long only), as
+    /// `scheduler::admission` orders a team's queue. A principal bound to another team gets
+    /// none.
+    pub async fn waiting_order(
+        &self,
+        who: &Principal,
+        team: &str,
+        fifo: bool,
+    ) -> Result<Vec<Waiting>, Error> {
+        if !who.sees(team) {
+            return Ok(Vec::new());
+        }
+        let claims = self.store.waiting_of(team).await?;
+        let mut out: Vec<(usize, Waiting)> = claims
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ask: Option<crate::run::cluster::Ask> = serde_json::from_str(&c.job).ok();
+                let (priority, gpus) = ask.map_or((0, 0), |a| {
+                    (a.priority, a.gpu * u64::from(a.workers.max(1)))
+                });
+                (
+                    i,
+                    Waiting {
+                        run: c.run_id,
+                        step: c.step,
+                        priority,
+                        gpus,
+                        since_ms: c.since,
+                    },
+                )
+            })
+            .collect();
+        out.sort_by_key(|(i, w)| {
+            let p = if fifo { 0 } else { -w.priority };
+            (p, w.since_ms, *i)
+        });
+        Ok(out.into_iter().map(|(_, w)| w).collect())
     }
 
     /// Who submitted each of `runs` (ids the principal sees): the name of the token (its id

@@ -131,6 +131,38 @@ impl Store {
         Ok((held, waiting))
     }
 
+    /// The waiting steps of `team`'s running runs that the cluster's scheduler considers
+    /// (Queued, with a waiting row), oldest first, then in the order they were written: the
+    /// order the scheduler numbers them in. Read only (the web UI's queue page).
+    pub async fn waiting_of(&self, team: &str) -> Result<Vec<Claim>, Error> {
+        let sql = format!(
+            "SELECT w.run_id, w.step, w.job, w.submitted FROM waiting w \
+             JOIN runs r ON r.id = w.run_id \
+             JOIN steps s ON s.run_id = w.run_id AND s.name = w.step \
+             WHERE s.state = 'Queued' AND r.state = 'Running' AND r.team = $1 \
+             ORDER BY w.submitted, w.{}",
+            self.dialect().insertion_order()
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(team)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let r = Reader::new(row, "a waiting step on the cluster");
+                Ok(Claim {
+                    run_id: r.at(0)?,
+                    step: r.at(1)?,
+                    job: r.at(2)?,
+                    since: r.at(3)?,
+                    nodes: None,
+                    gpus: None,
+                    dir: None,
+                })
+            })
+            .collect()
+    }
+
     /// Commits `before`, then starts `attempt` (its `job` and `nodes` set) if `place`, given
     /// what runs on the cluster now, still finds room on its nodes (`place` returns the GPU
     /// indices, comma-separated, worker after worker, empty for none; or None), and, for a

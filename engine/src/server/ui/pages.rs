@@ -3,7 +3,7 @@
 //! with its outcome) and the usage (GPU-hours, cost and waste per team, pool and pipeline,
 //! day by day).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -71,13 +71,43 @@ pub async fn queue(State(state): State<AppState>, session: Session) -> Result<Re
             });
         }
     }
-    // Oldest first: the order in which a team's steps of one priority take their turns.
+    // Oldest run first; then, on a cluster, the waiting steps in the scheduler's order within
+    // the team (priority, then how long each has waited), those it does not consider after.
     entries.sort_by(|a, b| a.created.cmp(&b.created).then(a.run.cmp(&b.run)));
     let now = state.service.clock().now();
-    let (runs_now, waiting): (Vec<&Entry>, Vec<&Entry>) =
+    let (runs_now, mut waiting): (Vec<&Entry>, Vec<&Entry>) =
         entries.iter().partition(|e| e.state == st::RUNNING);
+    let cluster = cluster_spec(&state);
+    let mut order: HashMap<(String, String), (usize, i64)> = HashMap::new();
+    if let (Some(spec), Some(team)) = (&cluster, session.principal().bound_team()) {
+        let fifo = spec.scheduling.policy == "fifo";
+        for (i, w) in state
+            .service
+            .waiting_order(who, team, fifo)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            order.insert((w.run, w.step), (i, w.priority));
+        }
+        waiting.sort_by_key(|e| {
+            order
+                .get(&(e.run.clone(), e.step.clone()))
+                .map_or(usize::MAX, |(i, _)| *i)
+        });
+    }
+    let ordered = !order.is_empty();
+    let priority_of = |e: &Entry| order.get(&(e.run.clone(), e.step.clone())).map(|(_, p)| *p);
     let held = state.service.gpus_held().await.unwrap_or_default();
-    let quotas = cluster_teams(&state);
+    let quotas: Vec<(String, Option<u64>)> = cluster
+        .as_ref()
+        .map(|spec| {
+            spec.teams
+                .iter()
+                .map(|t| (t.name.clone(), t.quota.as_ref().and_then(|q| q.gpu)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut teams: BTreeMap<String, (Option<u64>, BTreeMap<String, u64>)> = BTreeMap::new();
     for (name, quota) in &quotas {
         teams.entry(name.clone()).or_default().0 = *quota;
@@ -114,10 +144,15 @@ pub async fn queue(State(state): State<AppState>, session: Session) -> Result<Re
             }
         }
         h2 { "Running (" (runs_now.len()) ")" }
-        (steps_table("running", &runs_now, now, false))
-        h2 { "Waiting (" (waiting.len()) "), oldest run first" }
-        p.muted { "Within a team, higher priority classes take their turn first; among equals, the oldest. The reason is the scheduler's, as " code { "sluice status" } " gives it." }
-        (steps_table("waiting", &waiting, now, true))
+        (steps_table("running", &runs_now, now, false, &|_: &Entry| None))
+        @if ordered {
+            h2 { "Waiting (" (waiting.len()) "), in the order the scheduler takes them" }
+            p.muted { "Within the team: higher priority first, then the longest waiting. Teams take turns by fair share. The reason is the scheduler's, as " code { "sluice status" } " gives it." }
+        } @else {
+            h2 { "Waiting (" (waiting.len()) "), oldest run first" }
+            p.muted { "The reason is the scheduler's, as " code { "sluice status" } " gives it." }
+        }
+        (steps_table("waiting", &waiting, now, true, &priority_of))
         @if running.runs.len() as i64 >= MAX_RUNS { p.muted { "Only the newest " (MAX_RUNS) " running runs are shown." } }
     };
     Ok(layout::html_response(
@@ -131,11 +166,12 @@ fn steps_table(
     entries: &[&Entry],
     now: chrono::DateTime<chrono::Utc>,
     waiting: bool,
+    priority: &dyn Fn(&Entry) -> Option<i64>,
 ) -> maud::Markup {
     html! {
         @if entries.is_empty() { p.muted { "None." } } @else {
             table id=(id) {
-                thead { tr { th.num { "#" } th { "Run" } th { "Step" } @if waiting { th { "Why it waits" } } @else { th.num { "GPUs" } th.num { "For" } } } }
+                thead { tr { th.num { "#" } th { "Run" } th { "Step" } @if waiting { th.num { "Priority" } th { "Why it waits" } } @else { th.num { "GPUs" } th.num { "For" } } } }
                 tbody {
                     @for (i, e) in entries.iter().enumerate() {
                         tr data-step=(e.step) {
@@ -143,6 +179,7 @@ fn steps_table(
                             td { a href={ "/runs/" (e.run) } { (e.run_name) } " " span.muted { (e.run.get(..8).unwrap_or(&e.run)) } }
                             td { a href={ "/runs/" (e.run) "/steps/" (encode_path(&e.step)) } { (e.step) } }
                             @if waiting {
+                                td.num { @if let Some(p) = priority(e) { (p) } }
                                 td.reason { (e.reason.clone().unwrap_or_default()) }
                             } @else {
                                 td.num { (e.gpus.clone().unwrap_or_else(|| "0".into())) }
@@ -156,22 +193,14 @@ fn steps_table(
     }
 }
 
-/// The teams of the server's Cluster file and their GPU quota (None: not limited).
-fn cluster_teams(state: &AppState) -> Vec<(String, Option<u64>)> {
-    let Some(path) = &state.cluster else {
-        return Vec::new();
-    };
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    match crate::spec::cluster::load(&path.display().to_string(), text) {
-        Ok((_, spec)) => spec
-            .teams
-            .iter()
-            .map(|t| (t.name.clone(), t.quota.as_ref().and_then(|q| q.gpu)))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+/// The server's Cluster file, read as submissions read it; None without one (or one that
+/// no longer reads: its runs keep the copy they were submitted with).
+fn cluster_spec(state: &AppState) -> Option<crate::spec::model::ClusterSpec> {
+    let path = state.cluster.as_ref()?;
+    let text = std::fs::read_to_string(path).ok()?;
+    crate::spec::cluster::load(&path.display().to_string(), text)
+        .ok()
+        .map(|(_, spec)| spec)
 }
 
 pub async fn schedules(
