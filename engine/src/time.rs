@@ -6,3 +6,45 @@
 pub use sluice_runtime::time::{
     BadTimestamp, format, now_ms, now_rfc3339, parse, parse_ms, parse_rfc3339,
 };
+
+/// Seconds in the two largest units that are not zero, as people read waits: `42s`,
+/// `59m 50s`, `3h 30m`, `2d 4h` (the rest dropped; the JSON keeps exact seconds).
+pub fn human(secs: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
+    let Some(first) = UNITS.iter().position(|(_, size)| secs >= *size) else {
+        return "0s".into();
+    };
+    let mut out = Vec::new();
+    let mut left = secs;
+    for (unit, size) in &UNITS[first..(first + 2).min(UNITS.len())] {
+        let n = left / size;
+        left %= size;
+        if n > 0 {
+            out.push(format!("{n}{unit}"));
+        }
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn waits_read_in_their_two_largest_units() {
+        let cases = [
+            (0, "0s"),
+            (42, "42s"),
+            (60, "1m"),
+            (3590, "59m 50s"),
+            (3600, "1h"),
+            (10_750, "2h 59m"),
+            (12_600, "3h 30m"),
+            (86_400 + 7_200 + 59, "1d 2h"),
+            (86_400 + 59, "1d"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(human(secs), want, "{secs}");
+        }
+    }
+}

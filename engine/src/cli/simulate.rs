@@ -278,7 +278,10 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         Value::Null => "-".to_owned(),
         v => v.to_string(),
     };
-    let wait = |v: &Value| v.as_u64().map_or_else(|| "-".to_owned(), human);
+    let wait = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "-".to_owned(), crate::time::human)
+    };
     for name in names {
         let p = &doc["policies"][name];
         writeln!(
@@ -318,46 +321,4 @@ fn write_table(out: &mut dyn std::io::Write, doc: &Value, names: &[String]) -> s
         writeln!(out, "team {team}: {}", lines.join("; "))?;
     }
     Ok(())
-}
-
-/// Seconds in the two largest units that are not zero, as people read waits: `42s`,
-/// `59m 50s`, `3h 30m`, `2d 4h` (the rest dropped; the JSON keeps exact seconds).
-fn human(secs: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
-    let Some(first) = UNITS.iter().position(|(_, size)| secs >= *size) else {
-        return "0s".into();
-    };
-    let mut out = Vec::new();
-    let mut left = secs;
-    for (unit, size) in &UNITS[first..(first + 2).min(UNITS.len())] {
-        let n = left / size;
-        left %= size;
-        if n > 0 {
-            out.push(format!("{n}{unit}"));
-        }
-    }
-    out.join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::human;
-
-    #[test]
-    fn waits_read_in_their_two_largest_units() {
-        let cases = [
-            (0, "0s"),
-            (42, "42s"),
-            (60, "1m"),
-            (3590, "59m 50s"),
-            (3600, "1h"),
-            (10_750, "2h 59m"),
-            (12_600, "3h 30m"),
-            (86_400 + 7_200 + 59, "1d 2h"),
-            (86_400 + 59, "1d"),
-        ];
-        for (secs, want) in cases {
-            assert_eq!(human(secs), want, "{secs}");
-        }
-    }
 }

@@ -114,18 +114,7 @@ impl Store {
             .await?;
         let waiting = rows
             .iter()
-            .map(|row| {
-                let r = Reader::new(row, "a waiting step on the cluster");
-                Ok(Claim {
-                    run_id: r.at(0)?,
-                    step: r.at(1)?,
-                    job: r.at(2)?,
-                    since: r.at(3)?,
-                    nodes: None,
-                    gpus: None,
-                    dir: None,
-                })
-            })
+            .map(waiting_claim)
             .collect::<Result<Vec<_>, Error>>()?;
         tx.commit().await?;
         Ok((held, waiting))
@@ -147,20 +136,7 @@ impl Store {
             .bind(team)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|row| {
-                let r = Reader::new(row, "a waiting step on the cluster");
-                Ok(Claim {
-                    run_id: r.at(0)?,
-                    step: r.at(1)?,
-                    job: r.at(2)?,
-                    since: r.at(3)?,
-                    nodes: None,
-                    gpus: None,
-                    dir: None,
-                })
-            })
-            .collect()
+        rows.iter().map(waiting_claim).collect()
     }
 
     /// Commits `before`, then starts `attempt` (its `job` and `nodes` set) if `place`, given
@@ -262,4 +238,18 @@ pub enum Placed {
     NoRoom,
     /// Its team's next trial start is due at `until` (unix ms).
     RateLimited { until: i64 },
+}
+
+/// A row of `waiting` (run_id, step, job, submitted) as a waiting claim.
+fn waiting_claim(row: &sqlx::any::AnyRow) -> Result<Claim, Error> {
+    let r = Reader::new(row, "a waiting step on the cluster");
+    Ok(Claim {
+        run_id: r.at(0)?,
+        step: r.at(1)?,
+        job: r.at(2)?,
+        since: r.at(3)?,
+        nodes: None,
+        gpus: None,
+        dir: None,
+    })
 }

@@ -29,17 +29,25 @@ impl Nav {
     ];
 }
 
+/// Every page's `<head>`; with the script for pages that refresh.
+fn head(title: &str, script: bool) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · sluice" }
+            link rel="stylesheet" href="/ui/style.css";
+            @if script { script src="/ui/live.js" defer {} }
+        }
+    }
+}
+
 /// A page without navigation (sign-in, errors).
 pub fn bare(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · sluice" }
-                link rel="stylesheet" href="/ui/style.css";
-            }
+            (head(title, false))
             body { (body) }
         }
     }
@@ -50,13 +58,7 @@ pub fn page(session: &Session, title: &str, active: Nav, body: Markup) -> Markup
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · sluice" }
-                link rel="stylesheet" href="/ui/style.css";
-                script src="/ui/live.js" defer {}
-            }
+            (head(title, true))
             body {
                 header.top {
                     a.brand href="/runs" { "sluice" }
@@ -122,23 +124,14 @@ fn parse(at: &str) -> Option<DateTime<Utc>> {
     crate::time::parse(at).ok()
 }
 
-/// How long from `start` to `end` (to `now` while it has not ended): `3s`, `4m 05s`,
-/// `2h 03m`, `3d 4h`.
+/// How long from `start` to `end` (to `now` while it has not ended), in its two largest
+/// units: `3s`, `4m 5s`, `2h 3m`, `3d 4h`.
 pub fn duration(start: &str, end: Option<&str>, now: DateTime<Utc>) -> String {
     let Some(s) = parse(start) else {
         return String::new();
     };
     let e = end.and_then(parse).unwrap_or(now);
-    human((e - s).num_seconds().max(0) as u64)
-}
-
-pub fn human(secs: u64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m {:02}s", s / 60, s % 60),
-        s if s < 86_400 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
-        s => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
-    }
+    crate::time::human((e - s).num_seconds().max(0) as u64)
 }
 
 /// A time as `2026-12-04 08:00:03` (UTC), the full RFC 3339 in its tooltip.
@@ -173,14 +166,10 @@ mod tests {
 
     #[test]
     fn durations_read_as_people_write_them() {
-        assert_eq!(human(3), "3s");
-        assert_eq!(human(245), "4m 05s");
-        assert_eq!(human(7380), "2h 03m");
-        assert_eq!(human(3 * 86_400 + 4 * 3600), "3d 4h");
         let now = Utc::now();
         assert_eq!(
             duration("2026-12-04T08:00:00Z", Some("2026-12-04T08:01:05Z"), now),
-            "1m 05s"
+            "1m 5s"
         );
         assert_eq!(duration("not a time", None, now), "");
     }
