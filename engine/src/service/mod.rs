@@ -49,6 +49,8 @@ pub struct Service {
     /// CLI, false for a server, whose clients neither know nor need its folders (a run that
     /// is not found is an `unknown run`, as the server contract says).
     shows_home: bool,
+    /// Past days' usage, kept once read (`usage::days`).
+    days: Arc<usage::days::Days>,
 }
 
 impl Service {
@@ -57,6 +59,7 @@ impl Service {
             store,
             clock,
             shows_home: true,
+            days: Arc::default(),
         }
     }
 
@@ -66,6 +69,7 @@ impl Service {
             store,
             clock,
             shows_home: false,
+            days: Arc::default(),
         }
     }
 

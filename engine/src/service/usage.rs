@@ -9,6 +9,7 @@
 //! file gathers its inputs.
 
 mod account;
+pub mod days;
 
 use std::collections::HashMap;
 use std::sync::Arc;

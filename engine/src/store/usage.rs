@@ -85,6 +85,31 @@ impl Store {
 }
 
 impl Store {
+    /// How many runs of `team` were created before `at` (RFC 3339 as the store writes it).
+    pub async fn runs_before(&self, team: &str, at: &str) -> Result<i64, Error> {
+        let row = sqlx::query("SELECT COUNT(*) FROM runs WHERE team = $1 AND created_at < $2")
+            .bind(team)
+            .bind(at)
+            .fetch_one(&self.pool)
+            .await?;
+        Reader::new(&row, "a count of runs").at(0)
+    }
+
+    /// Whether an attempt of a run of `team` that started before `at` is still running (as
+    /// the store says: its engine may have died since).
+    pub async fn running_before(&self, team: &str, at: &str) -> Result<bool, Error> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM attempts a JOIN runs r ON r.id = a.run_id \
+             WHERE r.team = $1 AND a.state = 'Running' AND a.started_at < $2",
+        )
+        .bind(team)
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await?;
+        let n: i64 = Reader::new(&row, "a count of attempts").at(0)?;
+        Ok(n > 0)
+    }
+
     /// How long, in ms, the last `limit` successful attempts of step `file_step` took in runs
     /// of pipeline `pipeline` of `team`, newest first: a step's history, for the scheduler's
     /// estimate of a step that sets no `timeout`. Attempts whose times cannot be read are

@@ -17,7 +17,7 @@ use super::layout::{self, Nav, badge, duration, number, time};
 use super::session::Session;
 use crate::run::state::{run as rs, step as st};
 use crate::server::api::AppState;
-use crate::service::{Filter, UsageQuery};
+use crate::service::Filter;
 
 /// At most this many running runs are read for the queue page.
 const MAX_RUNS: i64 = 200;
@@ -271,38 +271,19 @@ pub async fn usage(
         .unwrap_or(7)
         .clamp(1, 90);
     let who = session.principal();
-    let by = crate::service::usage::parse_by("team,pool,pipeline")?;
     let today = state.service.clock().now().date_naive();
     let first = today - chrono::Days::new(u64::from(days) - 1);
-    // Read and priced once, accounted for the whole window and for each day.
-    let ms = |d: chrono::NaiveDate| {
-        d.and_hms_opt(0, 0, 0)
-            .map(|t| t.and_utc().timestamp_millis())
-    };
+    // Day by day (past days are kept once read: `service::usage::days`), and the window
+    // as their sum.
     let days_list: Vec<chrono::NaiveDate> = (0..days)
         .map(|k| first + chrono::Days::new(u64::from(k)))
         .collect();
-    let mut parts = vec![crate::service::usage::Window::default()];
-    parts.extend(days_list.iter().map(|&d| crate::service::usage::Window {
-        since: ms(d),
-        until: ms(d + chrono::Days::new(1)),
-    }));
-    let mut all = state
-        .service
-        .usage_within(
-            who,
-            &UsageQuery {
-                since: Some(first.to_string()),
-                by,
-                ..UsageQuery::default()
-            },
-            &parts,
-        )
-        .await?
-        .into_iter();
-    let whole = all.next().unwrap_or_default();
-    let per_day: Vec<(chrono::NaiveDate, crate::service::usage::Figures)> =
-        days_list.into_iter().zip(all.map(|u| u.total)).collect();
+    let daily = state.service.usage_by_day(who, &days_list).await?;
+    let whole = crate::service::usage::days::merge(&daily);
+    let per_day: Vec<(chrono::NaiveDate, crate::service::usage::Figures)> = days_list
+        .into_iter()
+        .zip(daily.into_iter().map(|u| u.total))
+        .collect();
     let peak = per_day
         .iter()
         .map(|(_, f)| f.gpu_hours)

@@ -321,3 +321,142 @@ async fn a_team_bound_principal_sees_its_own_team_only() {
     let e = h.service.usage(&admin, &empty).await.expect_err("empty");
     assert_eq!(e.status_code(), 400);
 }
+
+/// Sets when run `id` was created (the day cache counts runs by it).
+async fn created(h: &Home, id: &str, at: &str) {
+    sqlx::query("UPDATE runs SET created_at = $1 WHERE id = $2")
+        .bind(at)
+        .bind(id)
+        .execute(h.service.store().pool())
+        .await
+        .expect("set created_at");
+}
+
+fn day(text: &str) -> chrono::NaiveDate {
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").expect("a date")
+}
+
+/// What `usage` gives for one whole day, by team, pool and pipeline.
+async fn direct(h: &Home, who: &Principal, d: &str) -> Usage {
+    let q = UsageQuery {
+        since: Some(d.into()),
+        until: Some(d.into()),
+        by: vec![Key::Team, Key::Pool, Key::Pipeline],
+        team: None,
+    };
+    h.service.usage(who, &q).await.expect("usage")
+}
+
+#[tokio::test]
+async fn past_days_are_kept_once_read_and_read_again_after_a_deletion() {
+    let h = home("days-kept").await;
+    let who = Principal::new("vision", Role::Member);
+    // 2026-11-30 (two days before NOW): 2 GPUs for 2 hours.
+    let nov30 = 1_796_083_200_000 - 24 * H;
+    run(&h, "r1", "vision", false).await;
+    created(&h, "r1", "2026-11-30T09:00:00.000Z").await;
+    attempt(
+        &h,
+        "r1",
+        "fit",
+        1,
+        "Succeeded",
+        (nov30 + 10 * H, Some(nov30 + 12 * H)),
+        (1000, Some("0,1")),
+        None,
+    )
+    .await;
+    let days = [day("2026-11-30"), day("2026-12-01"), day("2026-12-02")];
+    let first = h.service.usage_by_day(&who, &days).await.expect("by day");
+    for (d, u) in ["2026-11-30", "2026-12-01", "2026-12-02"]
+        .iter()
+        .zip(&first)
+    {
+        assert_eq!(*u, direct(&h, &who, d).await, "{d}: what usage gives");
+    }
+    assert_eq!(first[0].total.gpu_hours, 4.0);
+    assert_eq!(days::merge(&first).total.gpu_hours, 4.0);
+
+    // Rows written behind the cache's back (no real engine writes a past attempt): the kept
+    // day does not see them, today is read every time.
+    attempt(
+        &h,
+        "r1",
+        "eval",
+        1,
+        "Succeeded",
+        (nov30 + 13 * H, Some(nov30 + 14 * H)),
+        (1000, Some("0")),
+        None,
+    )
+    .await;
+    attempt(
+        &h,
+        "r1",
+        "fit",
+        2,
+        "Succeeded",
+        (NOW - 2 * H, Some(NOW - H)),
+        (1000, Some("0")),
+        None,
+    )
+    .await;
+    let again = h.service.usage_by_day(&who, &days).await.expect("by day");
+    assert_eq!(again[0].total.gpu_hours, 4.0, "kept");
+    assert_eq!(direct(&h, &who, "2026-11-30").await.total.gpu_hours, 5.0);
+    assert_eq!(again[2].total.gpu_hours, 1.0, "today is read again");
+
+    // A run of that day deleted: the count of its runs changes, and it is read again.
+    run(&h, "r2", "vision", false).await;
+    created(&h, "r2", "2026-11-30T08:00:00.000Z").await;
+    let kept = h.service.usage_by_day(&who, &days).await.expect("by day");
+    assert_eq!(kept[0].total.gpu_hours, 5.0, "a new count is read again");
+    for id in ["r1", "r2"] {
+        sqlx::query("UPDATE runs SET state = 'Succeeded' WHERE id = $1")
+            .bind(id)
+            .execute(h.service.store().pool())
+            .await
+            .expect("ended");
+        h.service.store().mark_deleting(id).await.expect("mark");
+        h.service.store().forget_run(id).await.expect("forget");
+    }
+    let after = h.service.usage_by_day(&who, &days).await.expect("by day");
+    assert_eq!(after[0], Usage::default(), "{after:?}");
+    // Another team's principal has its own days.
+    let nlp = Principal::new("nlp", Role::Member);
+    let theirs = h.service.usage_by_day(&nlp, &days).await.expect("by day");
+    assert!(theirs.iter().all(|u| *u == Usage::default()));
+}
+
+#[tokio::test]
+async fn a_day_something_still_runs_from_is_not_kept() {
+    let h = home("days-running").await;
+    let who = Principal::new("vision", Role::Member);
+    let dec1 = 1_796_083_200_000;
+    run(&h, "r1", "vision", false).await;
+    created(&h, "r1", "2026-12-01T09:00:00.000Z").await;
+    // Running since 22:00 on Dec 1 (its engine may be dead): it counts to now.
+    attempt(
+        &h,
+        "r1",
+        "fit",
+        1,
+        "Running",
+        (dec1 + 22 * H, None),
+        (1000, Some("0")),
+        None,
+    )
+    .await;
+    let days = [day("2026-12-01")];
+    let u = h.service.usage_by_day(&who, &days).await.expect("by day");
+    assert_eq!(u[0].total.gpu_hours, 2.0);
+    // Collected: it had ended at 23:00. The day was not kept, so it says so now.
+    sqlx::query("UPDATE attempts SET state = 'Lost', ended_at = $1 WHERE run_id = 'r1'")
+        .bind("2026-12-01T23:00:00.000Z")
+        .execute(h.service.store().pool())
+        .await
+        .expect("collect");
+    let u = h.service.usage_by_day(&who, &days).await.expect("by day");
+    assert_eq!(u[0].total.gpu_hours, 1.0);
+    assert_eq!(u[0], direct(&h, &who, "2026-12-01").await);
+}
