@@ -1,5 +1,5 @@
-//! Usage day by day, with the days that are over kept once computed: what the web UI's usage
-//! page shows. A team with 10,000 runs a week has some 70,000 attempts in its week, and
+//! Usage day by day, with the days (and today's hours) that are over kept once computed: what
+//! the web UI's usage page shows. A team with 10,000 runs a week has some 70,000 attempts in its week, and
 //! reading them all on every view costs over a second (docs/benchmarks.md, "Web UI pages");
 //! a past day's figures do not change once nothing of it still runs, so each is read once.
 //!
@@ -18,22 +18,19 @@ use chrono::NaiveDate;
 use super::{Figures, Key, Usage, UsageGroup, UsageQuery, Window};
 use crate::service::{Error, Principal, Service};
 
-/// The kept days, by team and day: the team's runs created before the day's end when it was
-/// computed, and its usage by team, pool and pipeline.
+/// The kept parts, by team and [since, until) (unix ms): the team's runs created before the
+/// part's end when it was read, and its usage by team, pool and pipeline.
 #[derive(Debug, Default)]
 pub struct Days {
-    kept: Mutex<HashMap<(String, NaiveDate), (i64, Usage)>>,
+    kept: Mutex<HashMap<Part, (i64, Usage)>>,
 }
+
+/// A team and [since, until), unix ms.
+type Part = (String, i64, i64);
 
 fn start_ms(day: NaiveDate) -> Option<i64> {
     day.and_hms_opt(0, 0, 0)
         .map(|t| t.and_utc().timestamp_millis())
-}
-
-fn start_text(day: NaiveDate) -> String {
-    day.and_hms_opt(0, 0, 0)
-        .map(|t| crate::time::format(t.and_utc()))
-        .unwrap_or_default()
 }
 
 /// The rows of `days` added up, group by group (a window made of those days).
@@ -71,35 +68,79 @@ pub fn merge(days: &[Usage]) -> Usage {
     }
 }
 
+/// The parts a day is read in: a past day whole; today, each hour that is over, then the
+/// rest of the day (kept parts are the ones over: a busy team's today is mostly those).
+fn parts_of(day: NaiveDate, now_ms: i64) -> Vec<(i64, i64)> {
+    let (Some(start), Some(end)) = (start_ms(day), start_ms(day + chrono::Days::new(1))) else {
+        return Vec::new();
+    };
+    if end <= now_ms || start > now_ms {
+        return vec![(start, end)];
+    }
+    const HOUR: i64 = 3_600_000;
+    let open = start + (now_ms - start) / HOUR * HOUR;
+    let mut parts: Vec<(i64, i64)> = (start..open)
+        .step_by(HOUR as usize)
+        .map(|h| (h, h + HOUR))
+        .collect();
+    parts.push((open, end));
+    parts
+}
+
+fn text(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(crate::time::format)
+        .unwrap_or_default()
+}
+
 impl Service {
     /// The principal's usage on each of `days` (UTC, in ascending order), by team, pool and
-    /// pipeline. Past days are kept once read (see the module's doc); today, and every day for
-    /// a principal of every team, are read each time.
+    /// pipeline. Parts that are over (past days, today's past hours) are kept once read (see
+    /// the module's doc); the rest of today, and everything for a principal of every team,
+    /// is read each time.
     pub async fn usage_by_day(
         &self,
         who: &Principal,
         days: &[NaiveDate],
     ) -> Result<Vec<Usage>, Error> {
+        let now = self.clock.now_ms();
+        let parts: Vec<Vec<(i64, i64)>> = days.iter().map(|&d| parts_of(d, now)).collect();
+        let flat: Vec<(i64, i64)> = parts.iter().flatten().copied().collect();
+        let read = self.usage_of_parts(who, &flat, now).await?;
+        let mut read = read.into_iter();
+        Ok(parts
+            .iter()
+            .map(|p| merge(&read.by_ref().take(p.len()).collect::<Vec<_>>()))
+            .collect())
+    }
+
+    /// Usage in each of `parts` ([since, until) unix ms, in ascending order), kept for those
+    /// over at `now` once read.
+    async fn usage_of_parts(
+        &self,
+        who: &Principal,
+        parts: &[(i64, i64)],
+        now: i64,
+    ) -> Result<Vec<Usage>, Error> {
         let by = vec![Key::Team, Key::Pool, Key::Pipeline];
-        let today = self.clock.now().date_naive();
         let team = who.bound_team().map(str::to_owned);
-        let mut out: Vec<Option<Usage>> = vec![None; days.len()];
-        // For each past day of a team: its runs created before its end, and whether it can
-        // be kept (nothing that started before its end still runs).
-        let mut keep: Vec<Option<(i64, bool)>> = vec![None; days.len()];
+        let mut out: Vec<Option<Usage>> = vec![None; parts.len()];
+        // For each part that is over: the team's runs created before its end, and whether
+        // it can be kept (nothing that started before its end still runs).
+        let mut keep: Vec<Option<(i64, bool)>> = vec![None; parts.len()];
         if let Some(team) = &team {
-            for (i, &day) in days.iter().enumerate() {
-                if day >= today {
+            for (i, &(since, until)) in parts.iter().enumerate() {
+                if until > now {
                     continue;
                 }
-                let end = start_text(day + chrono::Days::new(1));
+                let end = text(until);
                 let runs = self.store.runs_before(team, &end).await?;
                 let hit = self
                     .days
                     .kept
                     .lock()
                     .ok()
-                    .and_then(|kept| kept.get(&(team.clone(), day)).cloned())
+                    .and_then(|kept| kept.get(&(team.clone(), since, until)).cloned())
                     .filter(|(n, _)| *n == runs);
                 match hit {
                     Some((_, usage)) => out[i] = Some(usage),
@@ -110,31 +151,59 @@ impl Service {
                 }
             }
         }
-        let missing: Vec<usize> = (0..days.len()).filter(|&i| out[i].is_none()).collect();
+        let missing: Vec<usize> = (0..parts.len()).filter(|&i| out[i].is_none()).collect();
         if let (Some(&first), Some(&last)) = (missing.first(), missing.last()) {
-            let parts: Vec<Window> = missing
+            let windows: Vec<Window> = missing
                 .iter()
                 .map(|&i| Window {
-                    since: start_ms(days[i]),
-                    until: start_ms(days[i] + chrono::Days::new(1)),
+                    since: Some(parts[i].0),
+                    until: Some(parts[i].1),
                 })
                 .collect();
             let query = UsageQuery {
-                since: Some(days[first].to_string()),
-                until: Some(days[last].to_string()),
+                since: Some(text(parts[first].0)),
+                until: Some(text(parts[last].1)),
                 by,
                 team: None,
             };
-            let read = self.usage_within(who, &query, &parts).await?;
+            let read = self.usage_within(who, &query, &windows).await?;
             for (usage, &i) in read.into_iter().zip(&missing) {
                 if let (Some(team), Some((runs, true))) = (&team, keep[i])
                     && let Ok(mut kept) = self.days.kept.lock()
                 {
-                    kept.insert((team.clone(), days[i]), (runs, usage.clone()));
+                    kept.insert(
+                        (team.clone(), parts[i].0, parts[i].1),
+                        (runs, usage.clone()),
+                    );
                 }
                 out[i] = Some(usage);
             }
         }
         Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn today_is_read_in_its_past_hours_and_the_rest() {
+        let day = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").expect("a date");
+        let dec2 = 1_796_169_600_000; // 2026-12-02T00:00:00Z
+        let now = dec2 + 19 * 3_600_000 + 42_000; // 19:00:42
+        assert_eq!(
+            parts_of(day("2026-12-01"), now),
+            [(dec2 - 86_400_000, dec2)]
+        );
+        let today = parts_of(day("2026-12-02"), now);
+        assert_eq!(today.len(), 20);
+        assert_eq!(today[0], (dec2, dec2 + 3_600_000));
+        assert_eq!(today[19], (dec2 + 19 * 3_600_000, dec2 + 86_400_000));
+        assert!(today.windows(2).all(|w| w[0].1 == w[1].0), "{today:?}");
+        assert_eq!(
+            parts_of(day("2026-12-03"), now),
+            [(dec2 + 86_400_000, dec2 + 2 * 86_400_000)]
+        );
     }
 }

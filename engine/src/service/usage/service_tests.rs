@@ -43,6 +43,8 @@ const H: i64 = 3_600_000;
 struct Home {
     path: std::path::PathBuf,
     service: Service,
+    /// The service's clock (clones share its time).
+    clock: ManualClock,
 }
 
 impl Drop for Home {
@@ -59,7 +61,8 @@ async fn home(tag: &str) -> Home {
         ManualClock::new(chrono::DateTime::from_timestamp_millis(NOW).expect("a valid time"));
     Home {
         path,
-        service: Service::new(store, Arc::new(clock)),
+        service: Service::new(store, Arc::new(clock.clone())),
+        clock,
     }
 }
 
@@ -390,13 +393,16 @@ async fn past_days_are_kept_once_read_and_read_again_after_a_deletion() {
         None,
     )
     .await;
+    // Two hours later, an hour of work from 19:30: today's hours that were not over at the
+    // first read are read now.
+    h.clock.advance(std::time::Duration::from_secs(2 * 3600));
     attempt(
         &h,
         "r1",
         "fit",
         2,
         "Succeeded",
-        (NOW - 2 * H, Some(NOW - H)),
+        (NOW + H / 2, Some(NOW + 3 * H / 2)),
         (1000, Some("0")),
         None,
     )
@@ -404,7 +410,11 @@ async fn past_days_are_kept_once_read_and_read_again_after_a_deletion() {
     let again = h.service.usage_by_day(&who, &days).await.expect("by day");
     assert_eq!(again[0].total.gpu_hours, 4.0, "kept");
     assert_eq!(direct(&h, &who, "2026-11-30").await.total.gpu_hours, 5.0);
-    assert_eq!(again[2].total.gpu_hours, 1.0, "today is read again");
+    assert_eq!(
+        again[2].total.gpu_hours, 1.0,
+        "today's hours since are read"
+    );
+    assert_eq!(again[2], direct(&h, &who, "2026-12-02").await);
 
     // A run of that day deleted: the count of its runs changes, and it is read again.
     run(&h, "r2", "vision", false).await;
