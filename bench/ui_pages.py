@@ -12,7 +12,8 @@ keep-alive connection: median, p95 and slowest milliseconds, and bytes.
 
 Run from the repository's root (builds the release binaries first unless NO_BUILD=1):
     python3 bench/ui_pages.py [--runs 10000] [--calls 30]
-Python's standard library only. Prints a markdown table. KEEP=1 keeps the home.
+Python's standard library only. Prints a markdown table. KEEP=1 keeps the home; WARM_UP=S
+waits S seconds (default 5) after the restart before measuring.
 """
 
 import argparse
@@ -168,6 +169,9 @@ def main():
     db.close()
 
     server = start()
+    # The server reads each team's last week of usage once it starts, a day at a time in the
+    # background (service::usage::days); the pages are measured once that is done.
+    time.sleep(float(os.environ.get("WARM_UP", "5")))
     c = http.client.HTTPConnection(base, timeout=30)
     c.request("POST", "/login", body=urllib.parse.urlencode({"token": token, "next": "/runs"}),
               headers={"Content-Type": "application/x-www-form-urlencoded"})

@@ -109,6 +109,14 @@ impl Server {
             stop.clone(),
         ));
         let engine = tokio::spawn(self.drivers.clone().run(lead_rx.clone(), stop.clone()));
+        // The web UI's usage page shows a week: each team's is read once now, in the
+        // background, and kept (`service::usage::days`).
+        let warm = self.service.clone();
+        tokio::spawn(async move {
+            if let Err(e) = warm.warm_usage(7).await {
+                tracing::info!("cannot read the last week's usage ahead: {e}");
+            }
+        });
         let store = self.service.store().clone();
         let state = api::AppState::new(
             self.service,

@@ -85,29 +85,51 @@ impl Store {
 }
 
 impl Store {
-    /// How many runs of `team` were created before `at` (RFC 3339 as the store writes it).
-    pub async fn runs_before(&self, team: &str, at: &str) -> Result<i64, Error> {
-        let row = sqlx::query("SELECT COUNT(*) FROM runs WHERE team = $1 AND created_at < $2")
-            .bind(team)
-            .bind(at)
-            .fetch_one(&self.pool)
-            .await?;
-        Reader::new(&row, "a count of runs").at(0)
+    /// For each of `ends` (RFC 3339 as the store writes it): how many runs of `team` were
+    /// created before it. One pass over the team's runs, whatever the number of ends.
+    pub async fn runs_before(&self, team: &str, ends: &[String]) -> Result<Vec<i64>, Error> {
+        let mut out = Vec::with_capacity(ends.len());
+        for chunk in ends.chunks(100) {
+            let counts: Vec<String> = (0..chunk.len())
+                .map(|i| format!("COUNT(CASE WHEN created_at < ${} THEN 1 END)", i + 2))
+                .collect();
+            let sql = format!("SELECT {} FROM runs WHERE team = $1", counts.join(", "));
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(team);
+            for end in chunk {
+                q = q.bind(end.clone());
+            }
+            let row = q.fetch_one(&self.pool).await?;
+            let r = Reader::new(&row, "counts of runs");
+            for i in 0..chunk.len() {
+                out.push(r.at(i)?);
+            }
+        }
+        Ok(out)
     }
 
-    /// Whether an attempt of a run of `team` that started before `at` is still running (as
-    /// the store says: its engine may have died since).
-    pub async fn running_before(&self, team: &str, at: &str) -> Result<bool, Error> {
+    /// When the earliest attempt of `team` that is still running (as the store says: its
+    /// engine may have died since) started, if one is.
+    pub async fn first_running(&self, team: &str) -> Result<Option<String>, Error> {
         let row = sqlx::query(
-            "SELECT COUNT(*) FROM attempts a JOIN runs r ON r.id = a.run_id \
-             WHERE r.team = $1 AND a.state = 'Running' AND a.started_at < $2",
+            "SELECT MIN(started_at) FROM attempts WHERE state = 'Running' \
+             AND run_id IN (SELECT id FROM runs WHERE team = $1)",
         )
         .bind(team)
-        .bind(at)
         .fetch_one(&self.pool)
         .await?;
-        let n: i64 = Reader::new(&row, "a count of attempts").at(0)?;
-        Ok(n > 0)
+        Reader::new(&row, "the first running attempt").at(0)
+    }
+
+    /// The teams with a run created at or after `at` (RFC 3339), by name.
+    pub async fn teams_since(&self, at: &str) -> Result<Vec<String>, Error> {
+        let rows =
+            sqlx::query("SELECT DISTINCT team FROM runs WHERE created_at >= $1 ORDER BY team")
+                .bind(at)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|row| Reader::new(row, "a team").at(0))
+            .collect()
     }
 
     /// How long, in ms, the last `limit` successful attempts of step `file_step` took in runs

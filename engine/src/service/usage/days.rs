@@ -114,6 +114,28 @@ impl Service {
             .collect())
     }
 
+    /// Reads (and so keeps) the last `days` days of every team that ran something in them,
+    /// a day at a time: what a server does once it starts, in the background, so that the
+    /// first view of a busy team's usage page does not read its whole week.
+    pub async fn warm_usage(&self, days: u32) -> Result<(), Error> {
+        let today = self.clock.now().date_naive();
+        let first = today - chrono::Days::new(u64::from(days.max(1)) - 1);
+        let list: Vec<NaiveDate> = (0..days.max(1))
+            .map(|k| first + chrono::Days::new(u64::from(k)))
+            .collect();
+        let since = start_ms(first).map(text).unwrap_or_default();
+        for team in self.store.teams_since(&since).await? {
+            let who = Principal::new(team, crate::service::Role::Viewer);
+            // A day at a time, with a pause between: requests served meanwhile wait for
+            // one day's read at most, not a week's.
+            for day in &list {
+                self.usage_by_day(&who, std::slice::from_ref(day)).await?;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
     /// Usage in each of `parts` ([since, until) unix ms, in ascending order), kept for those
     /// over at `now` once read.
     async fn usage_of_parts(
@@ -129,12 +151,16 @@ impl Service {
         // it can be kept (nothing that started before its end still runs).
         let mut keep: Vec<Option<(i64, bool)>> = vec![None; parts.len()];
         if let Some(team) = &team {
-            for (i, &(since, until)) in parts.iter().enumerate() {
-                if until > now {
-                    continue;
-                }
-                let end = text(until);
-                let runs = self.store.runs_before(team, &end).await?;
+            let over: Vec<usize> = (0..parts.len()).filter(|&i| parts[i].1 <= now).collect();
+            let ends: Vec<String> = over.iter().map(|&i| text(parts[i].1)).collect();
+            let counts = self.store.runs_before(team, &ends).await?;
+            // Read before the parts are: a part that ends before it is settled.
+            let running = self.store.first_running(team).await?;
+            let running = running
+                .as_deref()
+                .and_then(|t| crate::time::parse_ms(t).ok());
+            for (&i, runs) in over.iter().zip(counts) {
+                let (since, until) = parts[i];
                 let hit = self
                     .days
                     .kept
@@ -144,16 +170,31 @@ impl Service {
                     .filter(|(n, _)| *n == runs);
                 match hit {
                     Some((_, usage)) => out[i] = Some(usage),
-                    None => {
-                        let settled = !self.store.running_before(team, &end).await?;
-                        keep[i] = Some((runs, settled));
-                    }
+                    None => keep[i] = Some((runs, running.is_none_or(|r| r >= until))),
                 }
             }
         }
         let missing: Vec<usize> = (0..parts.len()).filter(|&i| out[i].is_none()).collect();
-        if let (Some(&first), Some(&last)) = (missing.first(), missing.last()) {
-            let windows: Vec<Window> = missing
+        // Read in runs of adjacent parts: one read over the last month's missing days and
+        // today's hour under way would read everything between them.
+        let mut runs_of: Vec<Vec<usize>> = Vec::new();
+        for &i in &missing {
+            match runs_of.last_mut() {
+                Some(run)
+                    if run
+                        .last()
+                        .is_some_and(|&j| j + 1 == i && parts[j].1 == parts[i].0) =>
+                {
+                    run.push(i);
+                }
+                _ => runs_of.push(vec![i]),
+            }
+        }
+        for run in runs_of {
+            let (Some(&first), Some(&last)) = (run.first(), run.last()) else {
+                continue;
+            };
+            let windows: Vec<Window> = run
                 .iter()
                 .map(|&i| Window {
                     since: Some(parts[i].0),
@@ -163,11 +204,11 @@ impl Service {
             let query = UsageQuery {
                 since: Some(text(parts[first].0)),
                 until: Some(text(parts[last].1)),
-                by,
+                by: by.clone(),
                 team: None,
             };
             let read = self.usage_within(who, &query, &windows).await?;
-            for (usage, &i) in read.into_iter().zip(&missing) {
+            for (usage, &i) in read.into_iter().zip(&run) {
                 if let (Some(team), Some((runs, true))) = (&team, keep[i])
                     && let Ok(mut kept) = self.days.kept.lock()
                 {

@@ -470,3 +470,37 @@ async fn a_day_something_still_runs_from_is_not_kept() {
     assert_eq!(u[0].total.gpu_hours, 1.0);
     assert_eq!(u[0], direct(&h, &who, "2026-12-01").await);
 }
+
+#[tokio::test]
+async fn a_servers_warm_up_keeps_each_teams_last_week() {
+    let h = home("days-warm").await;
+    let dec1 = 1_796_083_200_000;
+    run(&h, "r1", "vision", false).await;
+    created(&h, "r1", "2026-12-01T09:00:00.000Z").await;
+    let h = &h;
+    let one_hour = |number: i64, start: i64| async move {
+        attempt(
+            h,
+            "r1",
+            "fit",
+            number,
+            "Succeeded",
+            (start, Some(start + H)),
+            (1000, Some("0")),
+            None,
+        )
+        .await;
+    };
+    one_hour(1, dec1 + 10 * H).await;
+    h.service.warm_usage(7).await.expect("warm");
+    // Written behind its back: the day was read at the warm-up, and is kept.
+    one_hour(2, dec1 + 12 * H).await;
+    let who = Principal::new("vision", Role::Viewer);
+    let u = h
+        .service
+        .usage_by_day(&who, &[day("2026-12-01")])
+        .await
+        .expect("by day");
+    assert_eq!(u[0].total.gpu_hours, 1.0);
+    assert_eq!(direct(h, &who, "2026-12-01").await.total.gpu_hours, 2.0);
+}

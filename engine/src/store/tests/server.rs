@@ -276,5 +276,26 @@ conformance!(
             [("fit".to_owned(), 2)],
             "{backend}"
         );
+        // What the usage page's kept days check: runs created before each end, and the
+        // team's first running attempt.
+        sqlx::query("UPDATE runs SET created_at = $1 WHERE id = 'r1'")
+            .bind(hour(1))
+            .execute(store.pool())
+            .await
+            .expect("created_at");
+        let counts = store
+            .runs_before(
+                "vision",
+                &[hour(0), hour(2), "2027-01-01T00:00:00.000Z".into()],
+            )
+            .await
+            .expect("counts");
+        assert_eq!(counts, [0, 1, 1], "{backend}");
+        assert_eq!(
+            store.first_running("vision").await.expect("first"),
+            Some(hour(5)),
+            "{backend}"
+        );
+        assert_eq!(store.first_running("nlp").await.expect("first"), None);
     }
 );
