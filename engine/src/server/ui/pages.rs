@@ -297,13 +297,14 @@ pub async fn usage(
         }
         h2 { "Day by day (UTC)" }
         table #per-day {
-            thead { tr { th { "Day" } th.num { "GPU-hours" } th {} th.num { "Cost" } th.num { "Wasted GPU-hours" } } }
+            thead { tr { th { "Day" } th.num { "GPU-hours" } th {} th.num { "CPU-hours" } th.num { "Cost" } th.num { "Wasted GPU-hours" } } }
             tbody {
                 @for (day, f) in &per_day {
                     tr {
                         td { (day) }
                         td.num { (number(f.gpu_hours)) }
                         td { span.bar style={ "width:" (format!("{:.0}", 200.0 * f.gpu_hours / peak)) "px" } {} }
+                        td.num { (number(f.cpu_hours)) }
                         td.num { (format!("{:.2}", f.cost)) }
                         td.num { (number(f.wasted_gpu_hours)) }
                     }
