@@ -182,8 +182,12 @@ async fn a_member_signs_in_and_reads_runs_graphs_logs_and_sweeps() {
     b.goto(&format!("{base}/usage")).await;
     assert!(b.text().await.contains("team vision"));
     assert!(
-        b.count("#usage tbody tr").await >= 2,
+        b.count("#usage tbody tr").await >= 4,
         "a row per pipeline, and the total"
+    );
+    assert!(
+        b.count("#per-day-group tbody tr").await >= 3,
+        "today's row per pipeline"
     );
     b.screenshot("usage").await;
     b.close().await;

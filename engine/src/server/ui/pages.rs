@@ -21,6 +21,9 @@ use crate::service::Filter;
 
 /// At most this many running runs are read for the queue page.
 const MAX_RUNS: i64 = 200;
+/// At most this many rows of usage per day and group (90 days of 50 pipelines would weigh
+/// megabytes).
+const MAX_DAY_ROWS: usize = 400;
 
 /// One step of the queue page.
 struct Entry {
@@ -281,8 +284,16 @@ pub async fn usage(
     let daily = state.service.usage_by_day(who, &days_list).await?;
     let whole = crate::service::usage::days::merge(&daily);
     let per_day: Vec<(chrono::NaiveDate, crate::service::usage::Figures)> = days_list
-        .into_iter()
-        .zip(daily.into_iter().map(|u| u.total))
+        .iter()
+        .copied()
+        .zip(daily.iter().map(|u| u.total.clone()))
+        .collect();
+    // Newest day first.
+    let by_day_group: Vec<(chrono::NaiveDate, &crate::service::usage::UsageGroup)> = days_list
+        .iter()
+        .zip(&daily)
+        .rev()
+        .flat_map(|(d, u)| u.rows.iter().map(move |r| (*d, r)))
         .collect();
     let peak = per_day
         .iter()
@@ -310,6 +321,27 @@ pub async fn usage(
                     }
                 }
             }
+        }
+        h2 { "Day by day, by team, pool and pipeline" }
+        table #per-day-group {
+            thead { tr { th { "Day" } th { "Team" } th { "Pool" } th { "Pipeline" } th.num { "GPU-hours" } th.num { "CPU-hours" } th.num { "Cost" } th.num { "Wasted GPU-hours" } } }
+            tbody {
+                @for (day, r) in by_day_group.iter().take(MAX_DAY_ROWS) {
+                        tr {
+                            td { (day) }
+                            td { (r.team.clone().unwrap_or_default()) }
+                            td { (r.pool.clone().unwrap_or_default()) }
+                            td { (r.pipeline.clone().unwrap_or_default()) }
+                            td.num { (number(r.figures.gpu_hours)) }
+                            td.num { (number(r.figures.cpu_hours)) }
+                            td.num { (format!("{:.2}", r.figures.cost)) }
+                            td.num { (number(r.figures.wasted_gpu_hours)) }
+                        }
+                }
+            }
+        }
+        @if by_day_group.len() > MAX_DAY_ROWS {
+            p.muted { "The newest " (MAX_DAY_ROWS) " rows of " (by_day_group.len()) "; " code { "sluice usage --since DAY --until DAY --by team,pool,pipeline" } " gives any day." }
         }
         h2 { "By team, pool and pipeline, the last " (days) " day(s)" }
         table #usage {
