@@ -222,15 +222,7 @@ impl Service {
     /// reading of each worker's pool as usage.
     pub async fn gpus_held(&self) -> Result<Vec<(String, String, u64)>, Error> {
         let now = self.clock.now_ms();
-        let at = |ms: i64| {
-            chrono::DateTime::from_timestamp_millis(ms)
-                .map(crate::time::format)
-                .unwrap_or_default()
-        };
-        let attempts = self
-            .store
-            .usage(None, Some(&at(now)), Some(&at(now + 1)))
-            .await?;
+        let attempts = self.store.usage_running().await?;
         let mut runs = Runs::default();
         let mut shares = Vec::new();
         for a in attempts.iter().filter(|a| a.state == at::RUNNING) {

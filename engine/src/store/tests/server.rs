@@ -276,6 +276,12 @@ conformance!(
             [("fit".to_owned(), 2)],
             "{backend}"
         );
+        // What runs now, by the state's index.
+        assert_eq!(
+            found(store.usage_running().await.expect("running")),
+            [("fit".to_owned(), 2)],
+            "{backend}"
+        );
         // What the usage page's kept days check: runs created before each end, and the
         // team's first running attempt.
         sqlx::query("UPDATE runs SET created_at = $1 WHERE id = 'r1'")
