@@ -28,6 +28,17 @@ pub struct UsageRow {
     pub nodes: Option<String>,
 }
 
+/// The columns `usage_row` reads, and the joins they come from.
+macro_rules! usage_select {
+    () => {
+        "SELECT a.run_id, r.team, r.name, a.step, s.step, a.number, a.state, a.millicpu, \
+         a.gpus, a.started_at, a.ended_at, a.job, a.nodes \
+         FROM attempts a \
+         JOIN runs r ON r.id = a.run_id \
+         JOIN steps s ON s.run_id = a.run_id AND s.name = a.step "
+    };
+}
+
 impl Store {
     /// The attempts of runs of `team` (every team's with None) that held their resources
     /// at some time in `[since, until)` (RFC 3339 as `crate::time::format` writes them, which
@@ -39,17 +50,13 @@ impl Store {
         since: Option<&str>,
         until: Option<&str>,
     ) -> Result<Vec<UsageRow>, Error> {
-        let rows = sqlx::query(
-            "SELECT a.run_id, r.team, r.name, a.step, s.step, a.number, a.state, a.millicpu, \
-             a.gpus, a.started_at, a.ended_at, a.job, a.nodes \
-             FROM attempts a \
-             JOIN runs r ON r.id = a.run_id \
-             JOIN steps s ON s.run_id = a.run_id AND s.name = a.step \
-             WHERE ($1 IS NULL OR r.team = $2) \
+        let rows = sqlx::query(concat!(
+            usage_select!(),
+            "WHERE ($1 IS NULL OR r.team = $2) \
              AND ($3 IS NULL OR a.started_at < $4) \
              AND ($5 IS NULL OR a.ended_at IS NULL OR a.ended_at > $6) \
-             ORDER BY a.run_id, a.step, a.number",
-        )
+             ORDER BY a.run_id, a.step, a.number"
+        ))
         .bind(team)
         .bind(team)
         .bind(until)
@@ -65,15 +72,10 @@ impl Store {
     /// what GPUs are held now (`/metrics`, the web UI's queue). By the index on attempts'
     /// state, not a pass over every attempt.
     pub async fn usage_running(&self) -> Result<Vec<UsageRow>, Error> {
-        let rows = sqlx::query(
-            "SELECT a.run_id, r.team, r.name, a.step, s.step, a.number, a.state, a.millicpu, \
-             a.gpus, a.started_at, a.ended_at, a.job, a.nodes \
-             FROM attempts a \
-             JOIN runs r ON r.id = a.run_id \
-             JOIN steps s ON s.run_id = a.run_id AND s.name = a.step \
-             WHERE a.state = 'Running' \
-             ORDER BY a.run_id, a.step, a.number",
-        )
+        let rows = sqlx::query(concat!(
+            usage_select!(),
+            "WHERE a.state = 'Running' ORDER BY a.run_id, a.step, a.number"
+        ))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(usage_row).collect()

@@ -327,16 +327,7 @@ pub async fn usage(
             thead { tr { th { "Day" } th { "Team" } th { "Pool" } th { "Pipeline" } th.num { "GPU-hours" } th.num { "CPU-hours" } th.num { "Cost" } th.num { "Wasted GPU-hours" } } }
             tbody {
                 @for (day, r) in by_day_group.iter().take(MAX_DAY_ROWS) {
-                        tr {
-                            td { (day) }
-                            td { (r.team.clone().unwrap_or_default()) }
-                            td { (r.pool.clone().unwrap_or_default()) }
-                            td { (r.pipeline.clone().unwrap_or_default()) }
-                            td.num { (number(r.figures.gpu_hours)) }
-                            td.num { (number(r.figures.cpu_hours)) }
-                            td.num { (format!("{:.2}", r.figures.cost)) }
-                            td.num { (number(r.figures.wasted_gpu_hours)) }
-                        }
+                        tr { td { (day) } (group_cells(r)) }
                 }
             }
         }
@@ -348,15 +339,7 @@ pub async fn usage(
             thead { tr { th { "Team" } th { "Pool" } th { "Pipeline" } th.num { "GPU-hours" } th.num { "CPU-hours" } th.num { "Cost" } th.num { "Wasted GPU-hours" } } }
             tbody {
                 @for r in &whole.rows {
-                    tr {
-                        td { (r.team.clone().unwrap_or_default()) }
-                        td { (r.pool.clone().unwrap_or_default()) }
-                        td { (r.pipeline.clone().unwrap_or_default()) }
-                        td.num { (number(r.figures.gpu_hours)) }
-                        td.num { (number(r.figures.cpu_hours)) }
-                        td.num { (format!("{:.2}", r.figures.cost)) }
-                        td.num { (number(r.figures.wasted_gpu_hours)) }
-                    }
+                    tr { (group_cells(r)) }
                 }
                 tr {
                     th colspan="3" { "Total" }
@@ -372,4 +355,17 @@ pub async fn usage(
         StatusCode::OK,
         layout::page(&session, "Usage", Nav::Usage, body),
     ))
+}
+
+/// A usage group's cells: its team, pool and pipeline, then its figures.
+fn group_cells(r: &crate::service::usage::UsageGroup) -> maud::Markup {
+    html! {
+        td { (r.team.clone().unwrap_or_default()) }
+        td { (r.pool.clone().unwrap_or_default()) }
+        td { (r.pipeline.clone().unwrap_or_default()) }
+        td.num { (number(r.figures.gpu_hours)) }
+        td.num { (number(r.figures.cpu_hours)) }
+        td.num { (format!("{:.2}", r.figures.cost)) }
+        td.num { (number(r.figures.wasted_gpu_hours)) }
+    }
 }
