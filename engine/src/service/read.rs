@@ -188,8 +188,9 @@ impl Service {
     /// it). Another team's run is not found.
     pub async fn detail(&self, who: &Principal, reference: &str) -> Result<Detail, Error> {
         let run = self.lookup(who, reference).await?;
-        let view = view::full(&self.store, &run, self.clock.now()).await?;
         let rows = self.store.steps(&run.id).await?;
+        let attempts = self.store.attempts(&run.id).await?;
+        let view = view::of_rows(&run, &rows, &attempts, self.clock.now());
         let pipeline = crate::run::driver::pipeline_of(&run).ok();
         Ok(Detail {
             view,

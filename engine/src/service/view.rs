@@ -117,8 +117,18 @@ pub async fn full(
     let id = run.id.as_str();
     let steps = store.steps(id).await?;
     let attempts = store.attempts(id).await?;
+    Ok(of_rows(run, &steps, &attempts, taken_at))
+}
+
+/// A run with its steps and attempts, from rows already read.
+pub fn of_rows(
+    run: &RunRow,
+    steps: &[StepRow],
+    attempts: &[AttemptRow],
+    taken_at: DateTime<Utc>,
+) -> RunView {
     let mut by_step: BTreeMap<&str, Vec<AttemptView>> = BTreeMap::new();
-    for a in &attempts {
+    for a in attempts {
         by_step
             .entry(a.step.as_str())
             .or_default()
@@ -131,7 +141,7 @@ pub async fn full(
             .map(|s| StepView {
                 name: s.name.clone(),
                 state: s.state.clone(),
-                reason: collected_reason(s, &attempts).or_else(|| s.reason.clone()),
+                reason: collected_reason(s, attempts).or_else(|| s.reason.clone()),
                 metrics: s
                     .metrics
                     .as_deref()
@@ -142,13 +152,13 @@ pub async fn full(
             .collect(),
     );
     if let Ok(pipeline) = crate::run::driver::pipeline_of(run)
-        && let Some(r) = crate::run::driver::report(&pipeline, &steps)
+        && let Some(r) = crate::run::driver::report(&pipeline, steps)
     {
         v.best = r.best.clone();
         v.trials = Some(r.trials.clone());
         v.sweep = Some(r);
     }
-    Ok(v)
+    v
 }
 
 fn attempt_view(a: &AttemptRow) -> AttemptView {

@@ -20,6 +20,18 @@ pub fn limiter(per_second: u32) -> Limiter {
     governor::RateLimiter::keyed(Quota::per_second(rate))
 }
 
+/// Counts a request of token `id`: None while within its rate, else in how many seconds to
+/// try again. The API and the web UI count against the same limit.
+pub fn over_rate(state: &AppState, id: &str) -> Option<u64> {
+    let not_until = state.limiter.check_key(&id.to_owned()).err()?;
+    Some(
+        not_until
+            .wait_time_from(DefaultClock::default().now())
+            .as_secs()
+            + 1,
+    )
+}
+
 /// The caller of a request, from its token.
 #[derive(Clone, Debug)]
 pub struct Caller {
@@ -58,9 +70,8 @@ impl FromRequestParts<AppState> for Caller {
                 Error::Unauthenticated("the Authorization header is not `Bearer TOKEN`".into())
             })?;
         let who = state.service.authenticate(token).await?;
-        if let Err(not_until) = state.limiter.check_key(&who.id) {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            return Err(ApiError::RateLimited(wait.as_secs() + 1));
+        if let Some(secs) = over_rate(state, &who.id) {
+            return Err(ApiError::RateLimited(secs));
         }
         Ok(Caller {
             principal: who.principal,

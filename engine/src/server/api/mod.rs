@@ -27,7 +27,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use auth::Caller;
+pub use auth::{Caller, over_rate};
 pub use error::ApiError;
 pub(crate) use runs::audit;
 pub use tokens::{parse_expiry, parse_role};

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+use super::layout::escape;
 use crate::run::driver::TrialReport;
 use crate::run::state::step as st;
 
@@ -16,13 +17,6 @@ const LEFT: f64 = 60.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 16.0;
 const BOTTOM: f64 = 36.0;
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn span(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {

@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
+use super::layout::escape;
+use crate::client::segment;
 use crate::run::state::step as st;
 use crate::spec::model::{Action, Pipeline};
 use crate::store::StepRow;
@@ -197,21 +199,6 @@ pub fn layout(nodes: &[Node]) -> Vec<(usize, usize)> {
     place
 }
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for ch in text.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 fn clip(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
@@ -271,7 +258,7 @@ pub fn svg(run: &str, nodes: &[Node]) -> String {
         let (nx, ny) = (x(place[i].0), y(place[i].1));
         let state = n.state();
         let href = match &n.single {
-            Some(name) => format!("/runs/{run}/steps/{}", encode_path(name)),
+            Some(name) => format!("/runs/{run}/steps/{}", segment(name)),
             None => format!("#step-{}", escape(&n.name)),
         };
         let tip = match &n.reason {
@@ -300,19 +287,6 @@ pub fn svg(run: &str, nodes: &[Node]) -> String {
     }
     s.push_str("</svg>");
     s
-}
-
-/// A step name in a URL path (`train[3]`).
-pub fn encode_path(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -381,11 +355,10 @@ mod tests {
     }
 
     #[test]
-    fn names_are_escaped_and_paths_encoded() {
+    fn names_are_escaped() {
         let n = node("a<b>&\"c", &[], 0);
         let svg = svg("r1", &[n]);
         assert!(svg.contains("a&lt;b&gt;&amp;&quot;c"), "{svg}");
         assert!(!svg.contains("a<b>"));
-        assert_eq!(encode_path("train[3]"), "train%5B3%5D");
     }
 }

@@ -155,6 +155,13 @@ pub fn number(v: f64) -> String {
     }
 }
 
+/// Text escaped as maud escapes it, for the SVG that `dag` and `charts` write by hand.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let _ = std::fmt::Write::write_str(&mut maud::Escaper::new(&mut out), text);
+    out
+}
+
 /// Inline SVG written by this module (coordinates and escaped text only).
 pub fn svg(markup: String) -> Markup {
     PreEscaped(markup)

@@ -12,9 +12,9 @@ use maud::html;
 use serde::Deserialize;
 
 use super::PageError;
-use super::dag::encode_path;
 use super::layout::{self, Nav, badge, duration, number, time};
 use super::session::Session;
+use crate::client::segment;
 use crate::run::state::{run as rs, step as st};
 use crate::server::api::AppState;
 use crate::service::Filter;
@@ -180,7 +180,7 @@ fn steps_table(
                         tr data-step=(e.step) {
                             td.num { (i + 1) }
                             td { a href={ "/runs/" (e.run) } { (e.run_name) } " " span.muted { (e.run.get(..8).unwrap_or(&e.run)) } }
-                            td { a href={ "/runs/" (e.run) "/steps/" (encode_path(&e.step)) } { (e.step) } }
+                            td { a href={ "/runs/" (e.run) "/steps/" (segment(&e.step)) } { (e.step) } }
                             @if waiting {
                                 td.num { @if let Some(p) = priority(e) { (p) } }
                                 td.reason { (e.reason.clone().unwrap_or_default()) }
@@ -221,7 +221,7 @@ pub async fn schedules(
                 tbody {
                     @for s in &list {
                         tr data-schedule=(s.name) {
-                            td { a href={ "/runs?schedule=" (encode_path(&s.name)) } { (s.name) } @if s.suspend { " " span.badge { "suspended" } } }
+                            td { a href={ "/runs?schedule=" (segment(&s.name)) } { (s.name) } @if s.suspend { " " span.badge { "suspended" } } }
                             td { (s.pipeline) }
                             td { code { (s.cron) } }
                             td { (s.timezone) }

@@ -51,7 +51,7 @@ fn page_link(q: &ListQuery, page: i64) -> String {
         ("since", &q.since),
     ] {
         if let Some(v) = given(v) {
-            parts.push(format!("{k}={}", super::dag::encode_path(&v)));
+            parts.push(format!("{k}={}", crate::client::segment(&v)));
         }
     }
     parts.push(format!("page={page}"));
@@ -165,6 +165,12 @@ fn live_part(d: &Detail, session: &Session) -> Markup {
         .filter(|s| !trials.contains(s.name.as_str()))
         .collect();
     let may = session.may_change(&v.team) && v.state == rs::RUNNING;
+    // Each row's step of the file (`eval` for `eval[3]`): the anchor the graph's boxes link to.
+    let template_of: std::collections::HashMap<&str, &str> = d
+        .rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.step.as_str()))
+        .collect();
     html! {
         div.card { (layout::svg(dag::svg(&v.id, &nodes))) }
         @if let Some(report) = &v.sweep { (sweep(d, report)) }
@@ -176,10 +182,10 @@ fn live_part(d: &Detail, session: &Session) -> Markup {
             } }
             tbody {
                 @for s in steps.iter().take(MAX_ROWS) {
-                    @let template = d.rows.iter().find(|r| r.name == s.name).map_or(s.name.as_str(), |r| r.step.as_str());
+                    @let template = template_of.get(s.name.as_str()).copied().unwrap_or(s.name.as_str());
                     @let last = s.attempts.last();
                     tr id={ "step-" (template) } data-step=(s.name) data-state=(s.state) {
-                        td { a href={ "/runs/" (v.id) "/steps/" (dag::encode_path(&s.name)) } { (s.name) } }
+                        td { a href={ "/runs/" (v.id) "/steps/" (crate::client::segment(&s.name)) } { (s.name) } }
                         td { (badge(&s.state)) }
                         td { (attempts_summary(&s.attempts)) }
                         td.num { @if let Some(a) = last { (duration(&a.started_at, a.ended_at.as_deref(), v.taken_at)) } }
@@ -187,7 +193,7 @@ fn live_part(d: &Detail, session: &Session) -> Markup {
                         td.reason { (s.reason.clone().unwrap_or_default()) }
                         @if may {
                             td { @if s.state == st::RUNNING {
-                                form.inline method="post" action={ "/runs/" (v.id) "/steps/" (dag::encode_path(&s.name)) "/preempt" } data-confirm={ "Preempt " (s.name) "? It resumes from its latest checkpoint." } {
+                                form.inline method="post" action={ "/runs/" (v.id) "/steps/" (crate::client::segment(&s.name)) "/preempt" } data-confirm={ "Preempt " (s.name) "? It resumes from its latest checkpoint." } {
                                     input type="hidden" name="csrf" value=(session.csrf);
                                     button type="submit" { "Preempt" }
                                 }
@@ -319,7 +325,7 @@ fn sweep(d: &Detail, report: &crate::run::driver::Report) -> Markup {
             tbody {
                 @for t in report.trials.iter().take(MAX_ROWS) {
                     tr data-trial=(t.trial) data-state=(t.state) {
-                        td.num { a href={ "/runs/" (d.view.id) "/steps/" (dag::encode_path(&t.step)) } { (t.trial) } }
+                        td.num { a href={ "/runs/" (d.view.id) "/steps/" (crate::client::segment(&t.step)) } { (t.trial) } }
                         td { (badge(&t.state)) @if t.state == st::STOPPED { " " span.muted { "early-stopped" } } }
                         td { code { (t.params) } }
                         td.num { @if let Some(v) = t.value { (number(v)) } }
@@ -460,10 +466,10 @@ pub async fn step_page(
             None => p.muted { "The step has not started: no log yet." },
             Some(bytes) => {
                 @let from = bytes.len().saturating_sub(MAX_LOG);
-                @if from > 0 { p.muted { "The last 200 KB; " a href={ "/runs/" (v.id) "/steps/" (dag::encode_path(&s.name)) "/log.txt" } { "the whole log" } "." } }
+                @if from > 0 { p.muted { "The last 200 KB; " a href={ "/runs/" (v.id) "/steps/" (crate::client::segment(&s.name)) "/log.txt" } { "the whole log" } "." } }
                 @if live {
                     p.muted #log-state { "Live: new lines appear as the step writes them." }
-                    pre.log #log data-live-log={ "/runs/" (v.id) "/steps/" (dag::encode_path(&s.name)) "/log.txt" } data-from=(bytes.len()) { (String::from_utf8_lossy(&bytes[from..])) }
+                    pre.log #log data-live-log={ "/runs/" (v.id) "/steps/" (crate::client::segment(&s.name)) "/log.txt" } data-from=(bytes.len()) { (String::from_utf8_lossy(&bytes[from..])) }
                 } @else {
                     pre.log #log { (String::from_utf8_lossy(&bytes[from..])) }
                 }
@@ -584,7 +590,7 @@ async fn change(
             }
             Ok(Redirect::to(&format!(
                 "/runs/{id}?said={}",
-                super::dag::encode_path(&said)
+                crate::client::segment(&said)
             ))
             .into_response())
         }

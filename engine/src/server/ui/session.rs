@@ -86,10 +86,10 @@ fn to_login(parts: &Parts, why: Option<&str>) -> Response {
         .path_and_query()
         .map_or("/runs", |p| p.as_str())
         .to_owned();
-    let mut url = format!("/login?next={}", encode(&back));
+    let mut url = format!("/login?next={}", crate::client::segment(&back));
     if let Some(why) = why {
         url.push_str("&why=");
-        url.push_str(&encode(why));
+        url.push_str(&crate::client::segment(why));
     }
     let mut response = Redirect::to(&url).into_response();
     if why.is_some() {
@@ -99,19 +99,6 @@ fn to_login(parts: &Parts, why: Option<&str>) -> Response {
         }
     }
     response
-}
-
-/// Percent-encodes what goes into a query string.
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 fn clear_cookie() -> String {
@@ -132,15 +119,10 @@ impl FromRequestParts<AppState> for Session {
             }
             Err(e) => return Err(super::PageError::from(e).into_response()),
         };
-        if let Err(not_until) = state.limiter.check_key(&who.id) {
-            use governor::clock::{Clock, DefaultClock};
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
+        if let Some(secs) = crate::server::api::over_rate(state, &who.id) {
             return Err(super::PageError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "too many requests with this token: try again in {} s",
-                    wait.as_secs() + 1
-                ),
+                format!("too many requests with this token: try again in {secs} s"),
             )
             .into_response());
         }
