@@ -109,8 +109,13 @@ pub struct Launch {
     pub argv: Vec<String>,
     /// Working directory of the program.
     pub workdir: PathBuf,
-    /// Environment added to the runtime's own (the `SLUICE_*` variables and the step's `env`).
+    /// The program's environment besides what it inherits (see [`Inherit`]): the `SLUICE_*`
+    /// variables and the step's `env`.
     pub env: BTreeMap<String, String>,
+    /// Which of the runtime's own variables the program inherits. Absent (a launch written
+    /// before this field): the default allow-list.
+    #[serde(default)]
+    pub inherit: Inherit,
     /// Per-attempt timeout in milliseconds: SIGTERM to the program's process group, then
     /// `grace_ms`, then SIGKILL; the attempt ends `Timeout`.
     pub timeout_ms: Option<u64>,
@@ -153,6 +158,69 @@ pub struct Launch {
     /// Katib's metrics collectors and strategies, when the step has them.
     #[serde(default, skip_serializing_if = "Collect::is_plain")]
     pub collect: Collect,
+}
+
+/// The variables of the runtime's own environment a program inherits. The runtime holds what
+/// the engine holds (the state store's URL, a server's token, the object store's credentials),
+/// and none of that is the program's: it gets only what is named here, then the launch's `env`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Inherit {
+    /// The local executor: only these names; a name ending in `*` passes every variable that
+    /// begins with what comes before it (`LC_*`). The engine writes [`DEFAULT_INHERIT`] and the
+    /// Cluster's `runtime.passEnv`.
+    Only(Vec<String>),
+    /// Pod mode: the container's environment is the image's and the pod's, so all of it
+    /// but the runtime's own variables ([`RUNTIME_ONLY`]).
+    AllButRuntime,
+}
+
+impl Default for Inherit {
+    fn default() -> Self {
+        Inherit::Only(DEFAULT_INHERIT.iter().map(|s| (*s).to_owned()).collect())
+    }
+}
+
+/// What every program inherits from the runtime's environment on the local executor: what a
+/// program needs to find its tools and speak the user's language, nothing that holds a secret.
+pub const DEFAULT_INHERIT: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "TERM",
+];
+
+/// The runtime's own variables in pod mode, never passed to the program: the worker's launch
+/// and record key, and the object store's credentials (the Secret the pod's environment takes
+/// under this prefix, see `objects`).
+pub const RUNTIME_ONLY: &[&str] = &["SLUICE_POD_*", "SLUICE_OBJECTS_*"];
+
+/// Whether `name` matches `pattern` (a name, or a prefix followed by `*`).
+pub fn env_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
+}
+
+impl Inherit {
+    /// The variables of `own` (the runtime's environment, `std::env::vars_os()`) a program
+    /// inherits. A name that is not UTF-8 matches no pattern: only `AllButRuntime` passes it.
+    pub fn select<I>(&self, own: I) -> Vec<(std::ffi::OsString, std::ffi::OsString)>
+    where
+        I: IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    {
+        own.into_iter()
+            .filter(|(name, _)| {
+                let name = name.to_str();
+                match self {
+                    Inherit::Only(names) => {
+                        name.is_some_and(|n| names.iter().any(|p| env_matches(p, n)))
+                    }
+                    Inherit::AllButRuntime => {
+                        name.is_none_or(|n| !RUNTIME_ONLY.iter().any(|p| env_matches(p, n)))
+                    }
+                }
+            })
+            .collect()
+    }
 }
 
 /// How metrics are collected besides `NAME=VALUE` pairs and `$SLUICE_METRICS_FILE`, and how a
@@ -314,4 +382,70 @@ pub struct Result {
     /// The value of each metric: its last observation, or its largest or smallest as
     /// [`Collect::strategies`] says.
     pub metrics: BTreeMap<String, f64>,
+}
+
+#[cfg(test)]
+mod inherit_tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    fn names(selected: Vec<(OsString, OsString)>) -> Vec<String> {
+        selected
+            .into_iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_local_executor_passes_only_the_allow_list_and_its_patterns() {
+        let own = env(&[
+            ("PATH", "/bin"),
+            ("LC_ALL", "C"),
+            ("SLUICE_STATE", "postgres://u:p@h/db"),
+            ("SLUICE_TOKEN", "t"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("WANDB_API_KEY", "w"),
+            ("WANDBX", "x"),
+        ]);
+        assert_eq!(
+            names(Inherit::default().select(own.clone())),
+            ["PATH", "LC_ALL"]
+        );
+        let mut more = Inherit::default();
+        if let Inherit::Only(names) = &mut more {
+            names.push("WANDB_*".into());
+        }
+        assert_eq!(names(more.select(own)), ["PATH", "LC_ALL", "WANDB_API_KEY"]);
+    }
+
+    #[test]
+    fn pod_mode_passes_all_but_the_runtime_s_own() {
+        let own = env(&[
+            ("PATH", "/bin"),
+            ("NVIDIA_VISIBLE_DEVICES", "all"),
+            ("SLUICE_POD_LAUNCH", "{}"),
+            ("SLUICE_OBJECTS_AWS_SECRET_ACCESS_KEY", "s"),
+        ]);
+        assert_eq!(
+            names(Inherit::AllButRuntime.select(own)),
+            ["PATH", "NVIDIA_VISIBLE_DEVICES"]
+        );
+    }
+
+    #[test]
+    fn a_launch_without_the_field_takes_the_default_allow_list() {
+        let old = r#"{"argv": ["true"], "workdir": "/", "env": {}, "timeout_ms": null, "grace_ms": 1,
+            "inputs": [], "outputs": [], "output_dir": "/o", "objects": "file:///o",
+            "outputs_key": "k", "checkpoint_dir": "/c", "checkpoint": null, "metrics_stdout": false}"#;
+        let launch: Launch = serde_json::from_str(old).expect("an older launch.json");
+        assert_eq!(launch.inherit, Inherit::default());
+    }
 }

@@ -315,6 +315,7 @@ fn run(
     // MASTER_ADDR:MASTER_PORT (PyTorch's launcher conventions). All or nothing: one worker
     // that fails stops the others, and the attempt fails.
     let workers = launch.workers.max(1);
+    let inherited = launch.inherit.select(std::env::vars_os());
     let master_port = if workers > 1 { free_port() } else { 0 };
     let mut groups: Vec<Pid> = Vec::new();
     let (done_tx, done) = mpsc::channel::<()>();
@@ -323,8 +324,11 @@ fn run(
     let tails: Vec<Arc<ErrTail>> = (0..workers).map(|_| Arc::default()).collect();
     for rank in 0..workers {
         let mut cmd = Command::new(program);
+        // A clean environment: what the launch lets it inherit, then its own.
         cmd.args(args)
             .current_dir(&launch.workdir)
+            .env_clear()
+            .envs(inherited.iter().map(|(k, v)| (k, v)))
             .envs(&env)
             .env("SLUICE_METRICS_FILE", &metrics_file)
             .env("SLUICE_RESUMED", if resumed { "1" } else { "0" })

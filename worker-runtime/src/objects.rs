@@ -12,6 +12,7 @@
 //! links are never used: a consumer writing into its input in place would write into the
 //! stored artifact too, and permission bits do not stop a program running as root.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -102,11 +103,16 @@ impl Objects {
                 max_retries: 10,
                 retry_timeout: std::time::Duration::from_secs(30),
             };
-            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            let vars = s3_vars(std::env::vars_os());
+            let mut builder = object_store::aws::AmazonS3Builder::new()
                 .with_bucket_name(bucket)
                 .with_retry(retry);
-            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
-            {
+            for (key, value) in &vars {
+                if let Ok(config_key) = key.to_ascii_lowercase().parse() {
+                    builder = builder.with_config(config_key, value);
+                }
+            }
+            if !vars.contains_key("AWS_REGION") && !vars.contains_key("AWS_DEFAULT_REGION") {
                 builder = builder.with_region("us-east-1");
             }
             // An endpoint the user wrote as http:// (MinIO, moto, a local gateway) is plain
@@ -114,11 +120,11 @@ impl Objects {
             // "builder error". `AWS_ALLOW_HTTP=false` still refuses it.
             let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
                 .iter()
-                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+                .find_map(|k| vars.get(*k).filter(|v| !v.is_empty()));
             if let Some(endpoint) = endpoint {
                 let http = endpoint.to_ascii_lowercase().starts_with("http://");
-                builder = builder.with_endpoint(&endpoint);
-                if http && std::env::var("AWS_ALLOW_HTTP").is_err() {
+                builder = builder.with_endpoint(endpoint);
+                if http && !vars.contains_key("AWS_ALLOW_HTTP") {
                     builder = builder.with_allow_http(true);
                 }
             }
@@ -666,6 +672,36 @@ fn collect_files(root: &Path, rel: PathBuf, out: &mut Vec<PathBuf>) -> Result<()
         collect_files(root, rel.join(e.file_name()), out)?;
     }
     Ok(())
+}
+
+/// Where a pod's environment holds the object store's credentials: the Cluster's
+/// `kubernetes.objectsSecret` taken under this prefix (`SLUICE_OBJECTS_AWS_ACCESS_KEY_ID`), so
+/// that the runtime can leave them out of the program's environment (`contract::RUNTIME_ONLY`).
+pub const SECRET_PREFIX: &str = "SLUICE_OBJECTS_";
+
+/// The S3 settings of an environment: its `AWS_*` variables, and over them the same names
+/// under [`SECRET_PREFIX`]. Names or values that are not UTF-8 are left out, as
+/// `AmazonS3Builder::from_env` leaves them.
+pub fn s3_vars<I>(env: I) -> BTreeMap<String, String>
+where
+    I: IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+{
+    let mut plain = BTreeMap::new();
+    let mut secret = BTreeMap::new();
+    for (key, value) in env {
+        let (Ok(key), Ok(value)) = (key.into_string(), value.into_string()) else {
+            continue;
+        };
+        if let Some(name) = key.strip_prefix(SECRET_PREFIX) {
+            if name.starts_with("AWS_") {
+                secret.insert(name.to_owned(), value);
+            }
+        } else if key.starts_with("AWS_") {
+            plain.insert(key, value);
+        }
+    }
+    plain.extend(secret);
+    plain
 }
 
 #[cfg(test)]

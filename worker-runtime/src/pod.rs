@@ -102,6 +102,10 @@ impl Config {
                 ),
             });
         }
+        // The container's environment is the image's and the pod's: the program keeps it,
+        // all but the runtime's own variables (its launch, its key, the object store's
+        // credentials).
+        launch.inherit = contract::Inherit::AllButRuntime;
         if launch.workdir.as_os_str().is_empty() {
             launch.workdir = std::env::current_dir().map_err(|source| Error::Io {
                 context: "cannot read the current directory (for an empty workdir)".into(),

@@ -43,6 +43,7 @@ fn launch(tmp: &Tmp, line: &str) -> Launch {
         workers: 1,
         metrics_stdout: true,
         collect: contract::Collect::default(),
+        inherit: contract::Inherit::default(),
     }
 }
 

@@ -135,6 +135,7 @@ fn launch(tmp: &Tmp, line: &str) -> Launch {
         workers: 1,
         metrics_stdout: true,
         collect: contract::Collect::default(),
+        inherit: contract::Inherit::default(),
     }
 }
 
@@ -147,8 +148,14 @@ struct Pod {
 
 /// Starts `sluice-runtime pod` for `launch`, in `cwd`.
 fn start(tmp: &Tmp, launch: &Launch, cwd: &Path) -> Pod {
+    start_with(tmp, launch, cwd, &[])
+}
+
+/// [`start`] with more variables in the container's environment.
+fn start_with(tmp: &Tmp, launch: &Launch, cwd: &Path, env: &[(&str, &str)]) -> Pod {
     let mut child = Command::new(BIN)
         .arg("pod")
+        .envs(env.iter().copied())
         .current_dir(cwd)
         .env(
             "SLUICE_POD_LAUNCH",
@@ -258,6 +265,40 @@ fn a_worker_s_result_log_and_metrics_are_stored_and_its_lines_printed() {
     assert_eq!(started.started_at, r.started_at);
     let beat = tmp.read_stored("heartbeat");
     assert!(sluice_runtime::time::parse(&beat).is_ok(), "{beat}");
+}
+
+/// The container's environment (the image's, the pod's) reaches the program; the runtime's
+/// own variables and the object store's Secret (taken under `SLUICE_OBJECTS_`) do not.
+#[test]
+fn the_program_keeps_the_container_s_environment_but_not_the_runtime_s() {
+    let tmp = Tmp::new("pod-env");
+    let mut l = launch(&tmp, "env");
+    l.env.insert("DECLARED".into(), "by the step".into());
+    let extra = [
+        ("FROM_IMAGE", "cuda-12"),
+        ("SLUICE_OBJECTS_AWS_SECRET_ACCESS_KEY", "secret-do-not-leak"),
+        ("SLUICE_OBJECTS_AWS_ACCESS_KEY_ID", "AKIADONOTLEAK"),
+    ];
+    let (status, out, err) = start_with(&tmp, &l, &tmp.0, &extra).finish();
+    assert!(status.success(), "{status:?}: {err}");
+    let seen = out.join("\n");
+    assert!(seen.contains(" out FROM_IMAGE=cuda-12"), "{seen}");
+    assert!(seen.contains(" out DECLARED=by the step"), "{seen}");
+    for hidden in [
+        "SLUICE_POD_LAUNCH",
+        "SLUICE_POD_KEY",
+        "SLUICE_POD_DIR",
+        "SLUICE_OBJECTS_",
+    ] {
+        assert!(
+            !seen.contains(&format!(" out {hidden}")),
+            "{hidden} passed: {seen}"
+        );
+    }
+    assert!(
+        !seen.contains("do-not-leak") && !seen.contains("AKIADONOTLEAK"),
+        "{seen}"
+    );
 }
 
 #[test]

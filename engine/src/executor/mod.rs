@@ -133,7 +133,7 @@ pub struct Placement {
 
 /// The settings of a Cluster that an executor and its runtimes follow (`runtime.*` and
 /// `preemption.gracePeriod`); their defaults without a Cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// An attempt silent this long is declared lost (`runtime.heartbeatTimeout`, 60 s).
     pub heartbeat_timeout: Duration,
@@ -142,6 +142,9 @@ pub struct Settings {
     pub grace_period: Duration,
     /// Complete checkpoints kept per step (`runtime.keepCheckpoints`, 3).
     pub keep_checkpoints: usize,
+    /// The engine's variables a step inherits beyond the default allow-list
+    /// (`runtime.passEnv`; the local executor's, see `contract::Inherit`).
+    pub pass_env: Vec<String>,
 }
 
 impl Default for Settings {
@@ -150,6 +153,7 @@ impl Default for Settings {
             heartbeat_timeout: Duration::from_secs(60),
             grace_period: Duration::from_secs(30),
             keep_checkpoints: 3,
+            pass_env: Vec::new(),
         }
     }
 }

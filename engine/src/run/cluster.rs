@@ -221,12 +221,13 @@ impl Scheduling {
     }
 
     /// The Cluster's settings for attempts and their runtimes: `runtime.heartbeatTimeout`,
-    /// `runtime.keepCheckpoints`, `preemption.gracePeriod`.
+    /// `runtime.keepCheckpoints`, `runtime.passEnv`, `preemption.gracePeriod`.
     pub fn settings(&self) -> crate::executor::Settings {
         crate::executor::Settings {
             heartbeat_timeout: self.spec.runtime.heartbeat_timeout,
             grace_period: self.spec.scheduling.grace_period,
             keep_checkpoints: self.spec.runtime.keep_checkpoints as usize,
+            pass_env: self.spec.runtime.pass_env.clone(),
         }
     }
 

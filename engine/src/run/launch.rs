@@ -324,6 +324,13 @@ pub fn build(
         ),
         metrics_stdout: step.metrics_stdout,
         collect: step.collect.clone(),
+        inherit: contract::Inherit::Only(
+            contract::DEFAULT_INHERIT
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain(settings.pass_env.iter().cloned())
+                .collect(),
+        ),
     })
 }
 

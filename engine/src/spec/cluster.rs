@@ -209,15 +209,22 @@ pub(super) fn decode(cx: &mut Cx<'_>, name: &str, spec: &Node) -> Option<Cluster
     })
 }
 
-/// `runtime: {heartbeatTimeout, keepCheckpoints}`; what is wrong is reported and its default
-/// kept.
+/// `runtime: {heartbeatTimeout, keepCheckpoints, passEnv}`; what is wrong is reported and its
+/// default kept.
 fn runtime(cx: &mut Cx<'_>, node: &Node) -> RuntimeSpec {
     let mut out = RuntimeSpec::default();
     if cx
-        .fields(node, "runtime", &["heartbeatTimeout", "keepCheckpoints"])
+        .fields(
+            node,
+            "runtime",
+            &["heartbeatTimeout", "keepCheckpoints", "passEnv"],
+        )
         .is_none()
     {
         return out;
+    }
+    if let Some(list) = node.get("passEnv") {
+        out.pass_env = pass_env(cx, list);
     }
     if let Some(h) = node.get("heartbeatTimeout")
         && let Some(d) = cx.duration(h, "runtime.heartbeatTimeout")
@@ -233,6 +240,30 @@ fn runtime(cx: &mut Cx<'_>, node: &Node) -> RuntimeSpec {
         && let Some(n) = cx.u32(k, "runtime.keepCheckpoints", 1)
     {
         out.keep_checkpoints = n;
+    }
+    out
+}
+
+/// `runtime.passEnv`: variable names (`HF_HOME`) or prefixes ending in `*` (`WANDB_*`).
+fn pass_env(cx: &mut Cx<'_>, list: &Node) -> Vec<String> {
+    let Some(items) = cx.string_list(list, "runtime.passEnv", "a list of variable names") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (name, pos) in items {
+        let stem = name.strip_suffix('*').unwrap_or(&name);
+        let valid = stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !stem.starts_with(|c: char| c.is_ascii_digit())
+            && !stem.contains('*');
+        if !valid {
+            cx.d.error(
+                pos,
+                format!("runtime.passEnv: '{name}' is not a variable name"),
+            )
+            .help("a name is letters, digits and '_', not starting with a digit; end it with '*' to pass every variable it begins");
+            continue;
+        }
+        out.push(name);
     }
     out
 }

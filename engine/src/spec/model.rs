@@ -539,12 +539,15 @@ pub enum Admission {
 }
 
 /// `runtime:` of a Cluster: what the engine expects of its attempts' runtimes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeSpec {
     /// An attempt silent this long is declared lost (`heartbeatTimeout`, default 60 s).
     pub heartbeat_timeout: Duration,
     /// Complete checkpoints kept per step (`keepCheckpoints`, default 3).
     pub keep_checkpoints: u32,
+    /// Variables of the engine's environment steps inherit on the local executor beyond the
+    /// default allow-list (`passEnv`: names, or prefixes ending in `*`).
+    pub pass_env: Vec<String>,
 }
 
 impl Default for RuntimeSpec {
@@ -552,6 +555,7 @@ impl Default for RuntimeSpec {
         RuntimeSpec {
             heartbeat_timeout: Duration::from_secs(60),
             keep_checkpoints: 3,
+            pass_env: Vec::new(),
         }
     }
 }

@@ -196,3 +196,28 @@ fn other_schemes_are_refused_by_name() {
     assert!(e.to_string().contains("gs://bucket"), "{e}");
     assert!(Objects::open("file://relative/path").is_err());
 }
+
+/// A pod's Secret arrives under `SLUICE_OBJECTS_`: its values win over plain `AWS_*` ones,
+/// and other variables are not S3 settings.
+#[test]
+fn s3_settings_come_from_aws_variables_and_the_prefixed_secret_over_them() {
+    use std::ffi::OsString;
+    let env = [
+        ("AWS_REGION", "eu-west-1"),
+        ("AWS_ACCESS_KEY_ID", "plain"),
+        ("SLUICE_OBJECTS_AWS_ACCESS_KEY_ID", "from-secret"),
+        ("SLUICE_OBJECTS_OTHER", "ignored"),
+        ("HOME", "/root"),
+    ]
+    .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+    let vars = super::s3_vars(env);
+    assert_eq!(
+        vars.get("AWS_ACCESS_KEY_ID").map(String::as_str),
+        Some("from-secret")
+    );
+    assert_eq!(
+        vars.get("AWS_REGION").map(String::as_str),
+        Some("eu-west-1")
+    );
+    assert_eq!(vars.len(), 2, "{vars:?}");
+}

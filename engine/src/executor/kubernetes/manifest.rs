@@ -108,7 +108,12 @@ pub fn pod(w: &WorkerPod<'_>) -> Result<Pod, serde_json::Error> {
         "volumeMounts": mount,
     });
     if let Some(secret) = w.objects_secret {
-        container["envFrom"] = json!([{"secretRef": {"name": secret}}]);
+        // Under a prefix of the runtime's own, which it leaves out of the program's
+        // environment: the step does not get the object store's credentials as variables.
+        container["envFrom"] = json!([{
+            "secretRef": {"name": secret},
+            "prefix": sluice_runtime::objects::SECRET_PREFIX,
+        }]);
     }
     let mut annotations = BTreeMap::new();
     annotations.insert(names::STEP_ANNOTATION.to_owned(), w.id.step.clone());

@@ -203,5 +203,6 @@ fn launch() -> contract::Launch {
         outputs_key: String::new(),
         metrics_stdout: true,
         collect: Default::default(),
+        inherit: Default::default(),
     }
 }

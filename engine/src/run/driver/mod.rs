@@ -230,8 +230,15 @@ impl Driver<Chosen> {
         });
         let executor = match kubernetes {
             Some((k, pools)) => {
-                let kube =
-                    Kube::new(&k, &pools, run_id, &run.team, objects.clone(), settings).await?;
+                let kube = Kube::new(
+                    &k,
+                    &pools,
+                    run_id,
+                    &run.team,
+                    objects.clone(),
+                    settings.clone(),
+                )
+                .await?;
                 // Pools without declared nodes are the cluster's nodes, as its watch sees them.
                 if let Some(s) = scheduler.as_deref()
                     && s.scheduling().reads_nodes()
@@ -240,7 +247,12 @@ impl Driver<Chosen> {
                 }
                 Chosen::Kubernetes(kube)
             }
-            None => Chosen::Local(Local::new(&store.home, run_id, objects.clone(), settings)),
+            None => Chosen::Local(Local::new(
+                &store.home,
+                run_id,
+                objects.clone(),
+                settings.clone(),
+            )),
         };
         Driver::open_with(store, run, objects, executor, scheduler, settings, clock).await
     }
