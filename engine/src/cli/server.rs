@@ -45,7 +45,15 @@ async fn serve(home: &Home, args: &Args) -> Result<Outcome, Error> {
         cluster_state(file)?;
     }
     super::run::runtime_found()?;
-    let store = crate::store::Store::open(&home.path).await?;
+    // A server holds every team's state: a damaged store is refused now, rather than served
+    // while every request fails on it, and its files are its owner's only.
+    let store = crate::store::Store::open_verified(&home.path).await?;
+    for file in store.make_files_private() {
+        tracing::info!(
+            "{} was readable by others: now by its owner only",
+            file.display()
+        );
+    }
     let config = crate::server::Config {
         listen: args.listen,
         cluster: args

@@ -140,7 +140,7 @@ impl Location {
         let write = || -> std::io::Result<()> {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
-            std::fs::create_dir_all(home)?;
+            super::create_private_dir(home)?;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -161,11 +161,12 @@ impl Location {
         }
     }
 
-    /// Opens the store, creating a SQLite file if needed, and migrates it.
-    pub(super) async fn open(&self, home: &Path) -> Result<Store, Error> {
+    /// Opens the store, creating a SQLite file if needed, and migrates it; with `verify`, a
+    /// SQLite file's pages are checked first, before anything writes to it.
+    pub(super) async fn open(&self, home: &Path, verify: bool) -> Result<Store, Error> {
         sqlx::any::install_default_drivers();
         match self {
-            Location::Sqlite(file) => open_sqlite(file, home).await,
+            Location::Sqlite(file) => open_sqlite(file, home, verify).await,
             Location::Postgres(url) => open_postgres(url, self.shown(), home).await,
         }
     }
@@ -215,18 +216,22 @@ fn sqlite_url(file: &Path, mode: &str) -> String {
     format!("sqlite://{encoded}?mode={mode}")
 }
 
-async fn open_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
+async fn open_sqlite(file: &Path, home: &Path, verify: bool) -> Result<Store, Error> {
     let dir = file.parent().unwrap_or(home);
-    std::fs::create_dir_all(dir).map_err(|e| unavailable(dir, "cannot be created", e))?;
+    super::create_private_dir(dir).map_err(|e| unavailable(dir, "cannot be created", e))?;
     let probe = dir.join(".write-test");
     std::fs::write(&probe, b"").map_err(|e| unavailable(dir, "is not writable", e))?;
     let _ = std::fs::remove_file(&probe);
-    // Two `sluice` starting at once on a new home race to create the database and switch it
-    // to WAL; SQLite answers the loser "locked" at once rather than through the busy timeout,
-    // so opening is retried within that same timeout.
+    // Creating the file, checking what is there and migrating take turns between the
+    // `sluice` of one home (sqlx takes no lock on SQLite): a second one never sees the
+    // first one's file half made.
+    let _turn = take_turn(file).await?;
+    // Two `sluice` starting at once on a new home race to switch it to WAL; SQLite answers
+    // the loser "locked" at once rather than through the busy timeout, so opening is retried
+    // within that same timeout.
     let deadline = Instant::now() + BUSY_TIMEOUT;
     loop {
-        match connect_sqlite(file, home).await {
+        match connect_sqlite(file, home, verify).await {
             Ok(store) => return Ok(store),
             Err(Error::Sql(e)) if is_busy(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -237,14 +242,24 @@ async fn open_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
     }
 }
 
-async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
+async fn connect_sqlite(file: &Path, home: &Path, verify: bool) -> Result<Store, Error> {
     // The file is created by one connection of its own; the pool's connections never create
     // one: a home deleted under a running engine must not come back as an empty database
     // that the engine goes on writing into.
     // That first connection also says what is wrong with a file that is there (corrupt,
     // locked): a pool only says it timed out.
-    let mode = if file.is_file() { "rw" } else { "rwc" };
+    let mode = match what_is_at(file)? {
+        At::Nothing => {
+            create_private(file)?;
+            "rw"
+        }
+        At::Sqlite => "rw",
+    };
     let mut first = AnyConnection::connect(&sqlite_url(file, mode)).await?;
+    if verify {
+        super::health::quick_check(&mut first, file).await?;
+    }
+    refuse_foreign(&mut first, file).await?;
     first.execute("PRAGMA journal_mode = WAL").await?;
     first.close().await?;
     let store = Store {
@@ -253,8 +268,9 @@ async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
         home: home.to_owned(),
         shown: file.display().to_string(),
         fence: None,
+        file: Some(file.to_owned()),
     };
-    migrate_sqlite(&store, file).await?;
+    migrate_sqlite(&store).await?;
     // A connection that read the schema before a migration changed it may prepare a
     // statement against the old columns (SQLite re-prepares at its first step, so the
     // column count sqlx read no longer holds): the pool that serves queries is opened after.
@@ -265,11 +281,77 @@ async fn connect_sqlite(file: &Path, home: &Path) -> Result<Store, Error> {
     })
 }
 
+/// What a store's path holds before it is opened.
+enum At {
+    Nothing,
+    Sqlite,
+}
+
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Looks at what `file` holds without opening it as a database: nothing (a new store), a
+/// SQLite file, or something that must not be opened as a store. An empty file is refused,
+/// not made into a new store: it is a store that was truncated or never written, and
+/// opening it would make every run and token of the home silently gone.
+fn what_is_at(file: &Path) -> Result<At, Error> {
+    use std::io::Read;
+    let shown = file.display();
+    let mut f = match std::fs::File::open(file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(At::Nothing),
+        Err(e) => return Err(Error::Unavailable(format!("cannot open {shown}: {e}"))),
+    };
+    let mut head = [0u8; 16];
+    let mut read = 0;
+    while read < head.len() {
+        match f.read(&mut head[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::Unavailable(format!("cannot read {shown}: {e}"))),
+        }
+    }
+    if read == 0 {
+        return Err(Error::Unavailable(format!(
+            "the state store {shown} is empty (0 bytes): it holds no runs and no tokens, and is not opened as a new store. \
+             If it was truncated, restore it from a backup; to start a new, empty store, move it away first (mv {shown} {shown}.empty)"
+        )));
+    }
+    if read < head.len() || &head != SQLITE_MAGIC {
+        return Err(Error::Unavailable(format!(
+            "the state store {shown} is not a SQLite database (it does not begin as one): it is refused rather than overwritten. \
+             Point --state (or $SLUICE_HOME) at sluice's store, restore it from a backup, or move this file away to start a new store"
+        )));
+    }
+    Ok(At::Sqlite)
+}
+
+/// Creates a new database file readable and writable by its owner only; SQLite gives its
+/// `-wal` and `-shm` files the same mode.
+fn create_private(file: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::Unavailable(format!(
+            "cannot create the state store {}: {e}",
+            file.display()
+        ))),
+    }
+}
+
 /// The pool of a SQLite store that exists: WAL, a busy timeout, foreign keys.
 async fn sqlite_pool(file: &Path) -> Result<AnyPool, Error> {
     Ok(AnyPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(BUSY_TIMEOUT)
+        .after_release(|conn, _| Box::pin(discard_if_in_transaction(conn)))
         .after_connect(|conn, _| {
             Box::pin(async move {
                 conn.execute(
@@ -283,10 +365,25 @@ async fn sqlite_pool(file: &Path) -> Result<AnyPool, Error> {
         .await?)
 }
 
-/// Migrates a SQLite store. sqlx takes no lock on SQLite, so two `sluice` opening a new home
-/// at once would both apply the first migration: an `flock` on a file beside the database
-/// makes them take turns.
-async fn migrate_sqlite(store: &Store, file: &Path) -> Result<(), Error> {
+/// Migrates a SQLite store (its caller holds [`take_turn`]'s lock: sqlx takes none on SQLite,
+/// so two `sluice` opening a new home at once would both apply the first migration).
+async fn migrate_sqlite(store: &Store) -> Result<(), Error> {
+    adopt_old_migrations(store).await?;
+    run_migrator(store, &SQLITE).await
+}
+
+/// A connection handed back to the pool inside a transaction is closed, not kept: a COMMIT
+/// that failed (a full disk: SQLite rolled back by itself) leaves sqlx counting a transaction
+/// that no longer exists, and every later BEGIN on that connection would fail
+/// ("begin_with at non-zero transaction depth"). The ping first lets a queued rollback run.
+async fn discard_if_in_transaction(conn: &mut AnyConnection) -> Result<bool, sqlx::Error> {
+    conn.ping().await?;
+    Ok(!conn.is_in_transaction())
+}
+
+/// The lock that makes the `sluice` of one SQLite store take turns at creating, checking and
+/// migrating it: an `flock` on a file beside the database, held until dropped.
+async fn take_turn(file: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, Error> {
     let lock_path = file.with_extension("db.migrate-lock");
     let lock_file = std::fs::OpenOptions::new()
         .create(true)
@@ -296,13 +393,13 @@ async fn migrate_sqlite(store: &Store, file: &Path) -> Result<(), Error> {
         .map_err(|e| Error::Unavailable(format!("cannot open {}: {e}", lock_path.display())))?;
     let deadline = Instant::now() + BUSY_TIMEOUT;
     let mut file_to_lock = lock_file;
-    let _held = loop {
+    loop {
         match nix::fcntl::Flock::lock(file_to_lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(held) => break held,
+            Ok(held) => return Ok(held),
             Err((back, errno)) => {
                 if Instant::now() >= deadline {
                     return Err(Error::Unavailable(format!(
-                        "the state store {} stayed busy for more than {}s (another sluice is migrating it: {errno})",
+                        "the state store {} stayed busy for more than {}s (another sluice is opening or migrating it: {errno})",
                         file.display(),
                         BUSY_TIMEOUT.as_secs()
                     )));
@@ -311,9 +408,7 @@ async fn migrate_sqlite(store: &Store, file: &Path) -> Result<(), Error> {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-    };
-    adopt_old_migrations(store).await?;
-    run_migrator(store, &SQLITE).await
+    }
 }
 
 async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, Error> {
@@ -336,6 +431,7 @@ async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, E
     let pool = AnyPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(BUSY_TIMEOUT)
+        .after_release(|conn, _| Box::pin(discard_if_in_transaction(conn)))
         .connect(url)
         .await
         .map_err(|e| unreachable(&e))?;
@@ -345,6 +441,7 @@ async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, E
         home: home.to_owned(),
         shown,
         fence: None,
+        file: None,
     };
     // sqlx's migrator takes a PostgreSQL advisory lock itself: servers starting at once take
     // turns.
@@ -368,6 +465,28 @@ async fn run_migrator(store: &Store, migrator: &Migrator) -> Result<(), Error> {
             store.shown
         ))),
     }
+}
+
+/// A SQLite database with tables but no migration record of sluice's is another program's:
+/// refused, rather than given sluice's tables beside its own.
+/// Asked before anything is written to the file (the switch to WAL changes its header).
+async fn refuse_foreign(conn: &mut AnyConnection, file: &Path) -> Result<(), Error> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let ours = ["_sqlx_migrations", "schema_migrations"];
+    if tables.is_empty() || tables.iter().any(|t| ours.contains(&t.as_str())) {
+        return Ok(());
+    }
+    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+    Err(Error::Unavailable(format!(
+        "the state store {} is a SQLite database of another program (its tables: {}), not sluice's: it is refused rather than changed. \
+         Point --state (or $SLUICE_HOME) at sluice's store, or move this file away to start a new store",
+        file.display(),
+        shown.join(", ")
+    )))
 }
 
 /// Homes made before sqlx's migrator kept their applied versions in `schema_migrations`:
@@ -421,10 +540,7 @@ fn describe(file: &Path, e: sqlx::Error) -> Error {
     let text = e.to_string();
     let dir = file.parent().unwrap_or(file);
     if text.contains("file is not a database") || text.contains("malformed") {
-        Error::Unavailable(format!(
-            "the state store {} is corrupt ({text}); move it aside to start afresh",
-            file.display()
-        ))
+        super::health::damaged(&file.display().to_string(), &text)
     } else if text.contains("locked")
         || text.contains("busy")
         || matches!(e, sqlx::Error::PoolTimedOut)

@@ -14,6 +14,7 @@
 
 mod applied;
 mod engines;
+mod health;
 mod housekeeping;
 mod leader;
 mod load;
@@ -109,6 +110,16 @@ impl Dialect {
     }
 }
 
+/// Creates `dir` and the folders above it that are missing, readable by their owner only (a
+/// home holds every team's state, logs and outputs); folders that exist keep their mode.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// What a write transaction must hold before it reads what it decides on.
 #[derive(Clone, Copy, Debug)]
 pub enum Lock<'a> {
@@ -134,6 +145,8 @@ pub struct Store {
     /// transaction checks it first, and fails with `Fenced` once another server has taken
     /// over. None: no check (the embedded CLI, a server's API).
     fence: Option<i64>,
+    /// The SQLite file, for the checks a server makes of it at start (`health`).
+    file: Option<PathBuf>,
 }
 
 impl Store {
@@ -144,13 +157,26 @@ impl Store {
         let location = location::of_home(home)?;
         // Attempts' folders and logs live in the home whatever the store is: the first
         // command that writes creates it.
-        std::fs::create_dir_all(home).map_err(|e| {
+        create_private_dir(home).map_err(|e| {
             Error::Unavailable(format!(
                 "the state store in {} cannot be created: {e}",
                 home.display()
             ))
         })?;
-        location.open(home).await
+        location.open(home, false).await
+    }
+
+    /// [`Store::open`] for a server, which holds every team's state: a SQLite store's pages
+    /// are checked before anything is written to it, and a damaged one is refused.
+    pub async fn open_verified(home: &Path) -> Result<Store, Error> {
+        let location = location::of_home(home)?;
+        create_private_dir(home).map_err(|e| {
+            Error::Unavailable(format!(
+                "the state store in {} cannot be created: {e}",
+                home.display()
+            ))
+        })?;
+        location.open(home, true).await
     }
 
     /// Opens the store of `home` if one exists; never creates a home or a SQLite file
@@ -160,7 +186,7 @@ impl Store {
         if !location.exists(home) {
             return Ok(None);
         }
-        location.open(home).await.map(Some)
+        location.open(home, false).await.map(Some)
     }
 
     pub fn pool(&self) -> &AnyPool {

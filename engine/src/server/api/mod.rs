@@ -11,7 +11,7 @@ mod auth;
 mod error;
 mod runs;
 mod schedules;
-mod system;
+pub mod system;
 mod tokens;
 mod usage;
 
@@ -51,6 +51,8 @@ pub struct AppState {
     pub drivers: Arc<Drivers>,
     pub metrics: Arc<Metrics>,
     pub limiter: Arc<auth::Limiter>,
+    /// `/readyz`'s last probe of the store.
+    pub readiness: Arc<system::Readiness>,
     /// The Cluster file runs submitted here are admitted under.
     pub cluster: Option<std::path::PathBuf>,
     /// The object store runs submitted here use, when not the Cluster's or the home's.
@@ -72,6 +74,7 @@ impl AppState {
             drivers,
             metrics,
             limiter: Arc::new(auth::limiter(config.rate)),
+            readiness: Arc::default(),
             cluster: config.cluster.clone(),
             objects: config.objects.clone(),
             stop,

@@ -19,11 +19,15 @@ pub(super) async fn open(backend: &str, tag: &str) -> (Store, PathBuf) {
     ));
     let _ = std::fs::remove_dir_all(&home);
     let store = match backend {
-        "sqlite" => Location::Sqlite(home.join("sluice.db")).open(&home).await,
+        "sqlite" => {
+            Location::Sqlite(home.join("sluice.db"))
+                .open(&home, false)
+                .await
+        }
         _ => {
             let url = sluice_e2e::postgres::database(tag)
                 .unwrap_or_else(|e| panic!("PostgreSQL for the conformance suite: {e}"));
-            Location::Postgres(url).open(&home).await
+            Location::Postgres(url).open(&home, false).await
         }
     };
     (store.expect("the store opens"), home)

@@ -59,14 +59,14 @@ conformance!(
             .create_run(&new_run("keep", "p", "t", &["s"]), None)
             .await
             .expect("create");
-        let again = location.open(&store.home).await.expect("reopen");
+        let again = location.open(&store.home, false).await.expect("reopen");
         assert_eq!(again.run("keep").await.expect("kept").id, "keep");
         sqlx::query("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (999, 'future', TRUE, $1, 0)")
         .bind(vec![0u8; 4])
         .execute(store.pool())
         .await
         .expect("a future version");
-        let Err(Error::Unavailable(text)) = location.open(&store.home).await else {
+        let Err(Error::Unavailable(text)) = location.open(&store.home, false).await else {
             panic!("a newer schema is refused");
         };
         assert!(
@@ -81,7 +81,7 @@ async fn an_unreachable_postgres_is_unavailable_with_its_password_hidden() {
     let home =
         std::env::temp_dir().join(format!("sluice-store-unreachable-{}", std::process::id()));
     let location = Location::Postgres("postgres://sluice:s3cret@127.0.0.1:1/sluice".into());
-    let Err(e) = location.open(&home).await else {
+    let Err(e) = location.open(&home, false).await else {
         panic!("nothing listens on port 1");
     };
     let text = e.to_string();
@@ -111,7 +111,10 @@ async fn a_home_made_before_sqlx_migrations_is_adopted() {
         .status()
         .expect("python3 runs");
     assert!(status.success());
-    let store = Location::Sqlite(file).open(&home).await.expect("adopted");
+    let store = Location::Sqlite(file)
+        .open(&home, false)
+        .await
+        .expect("adopted");
     assert_eq!(
         store.run("old").await.expect("old run").state,
         rs::SUCCEEDED

@@ -112,7 +112,7 @@ conformance!(
         let mut handles = Vec::new();
         for id in ids.clone() {
             let other = location_of(&store, backend)
-                .open(&store.home)
+                .open(&store.home, false)
                 .await
                 .expect("another engine opens the store");
             handles.push(tokio::spawn(async move {
@@ -158,7 +158,7 @@ conformance!(
         let mut handles = Vec::new();
         for id in ids.clone() {
             let other = location_of(&store, backend)
-                .open(&store.home)
+                .open(&store.home, false)
                 .await
                 .expect("another engine opens the store");
             handles.push(tokio::spawn(async move {
