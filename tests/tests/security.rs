@@ -431,3 +431,72 @@ fn state_files_are_their_owners_only() {
         }
     }
 }
+
+/// 52 KB of merge keys (a mapping of 4,000 keys merged 250 times) cost 13 s of CPU on the
+/// server's async workers before being refused, and three of them made `/healthz` wait 27.8 s.
+/// Now the merges cost what they copy, and validation runs off the async workers: the files
+/// are refused with their diagnostics, and `/healthz` answers while they are read.
+#[test]
+fn a_file_of_merge_keys_stalls_no_one() {
+    let sb = Sandbox::new("sec-merge");
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let keys: Vec<String> = (0..4000).map(|i| format!("k{i}: {i}")).collect();
+    let mut bomb = format!(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {{name: bomb}}\nx: &m {{{}}}\nspec:\n  steps:\n    - name: a\n      run: 'true'\ny:\n",
+        keys.join(", ")
+    );
+    for _ in 0..250 {
+        bomb.push_str("  - {<<: *m}\n");
+    }
+    assert!(bomb.len() > 50_000, "{} bytes", bomb.len());
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let mut senders = Vec::new();
+    for i in 0..3 {
+        let (addr, token, body, tx) = (
+            server.addr.clone(),
+            member.clone(),
+            bomb.clone(),
+            done_tx.clone(),
+        );
+        senders.push(std::thread::spawn(move || {
+            let body = json!({"source": body, "path": format!("bomb{i}.yaml")}).to_string();
+            let a = sluice_e2e::http::request(
+                &addr,
+                "POST",
+                "/api/v1/runs",
+                Some(&token),
+                Some(body.as_bytes()),
+            )
+            .expect("an answer");
+            let _ = tx.send(format!("bomb {i}"));
+            a
+        }));
+    }
+    // Once the files are being read, a health check goes through before they are done.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let health = server.call("GET", "/healthz", None, None);
+    assert_eq!(health.status, 200);
+    let _ = done_tx.send("healthz".to_owned());
+    let first = done.recv().expect("an answer");
+    assert_eq!(
+        first, "healthz",
+        "a health check waited for the files of merge keys"
+    );
+    for s in senders {
+        let a = s.join().expect("the sender");
+        assert_eq!(a.status, 400, "{}", a.text());
+        let errors = a.json()["error"]["rendered"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.as_str().is_some_and(|e| e.contains("unknown field 'x'"))),
+            "{}",
+            a.text()
+        );
+    }
+}

@@ -94,6 +94,7 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
         }
     };
 
+    let mut uncounted = 0;
     let mut paths = Vec::new();
     for p in &args.paths {
         collect(p, &mut paths, &mut all);
@@ -159,9 +160,11 @@ pub fn run(args: &Args, format: Format) -> Result<Outcome, Error> {
             yaml_documents: loaded.yaml_documents,
             documents: docs,
         });
+        // The errors past those a file keeps count too (its last note says how many).
+        uncounted += d.errors_not_kept();
         all.extend(d.into_sorted());
     }
-    let errors = all.iter().filter(|d| d.severity == Severity::Error).count();
+    let errors = all.iter().filter(|d| d.severity == Severity::Error).count() + uncounted;
     let warnings = all
         .iter()
         .filter(|d| d.severity == Severity::Warning)

@@ -11,9 +11,10 @@ use std::fmt;
 use serde::Serialize;
 
 /// How bad a diagnostic is. Only errors make `sluice lint` fail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    #[default]
     Error,
     Warning,
     Note,
@@ -51,7 +52,7 @@ impl Pos {
 }
 
 /// One problem in the input.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Diagnostic {
     /// The file, or what stood in for one (`--param lr=x`).
     pub path: String,
@@ -63,7 +64,16 @@ pub struct Diagnostic {
     /// Suggestions, each printed on its own `help:` line.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub help: Vec<String>,
+    /// Past a file's [`KEPT`] diagnostics: counted, not kept, and no work is spent on its
+    /// suggestions.
+    #[serde(skip)]
+    pub(crate) uncounted: bool,
 }
+
+/// The diagnostics kept per file: a file with more problems (a mapping of a million unknown
+/// keys, merged in hundreds of times) gets the first ones found and the count of the rest,
+/// so that neither the time spent on suggestions nor the answer grows with them.
+pub const KEPT: usize = 1000;
 
 impl Diagnostic {
     pub fn error(path: &str, pos: Option<Pos>, message: impl Into<String>) -> Self {
@@ -73,6 +83,7 @@ impl Diagnostic {
             severity: Severity::Error,
             message: message.into(),
             help: Vec::new(),
+            uncounted: false,
         }
     }
 
@@ -101,18 +112,24 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// The diagnostics of one file (or of one command line), in the order they were found.
+/// The diagnostics of one file (or of one command line), in the order they were found: the
+/// first [`KEPT`], and how many errors and others came after them.
 #[derive(Clone, Debug, Default)]
 pub struct Diagnostics {
     path: String,
     items: Vec<Diagnostic>,
+    /// Errors and other diagnostics found past [`KEPT`].
+    more_errors: usize,
+    more_others: usize,
+    /// What a diagnostic past [`KEPT`] is written into, and forgotten.
+    spare: Diagnostic,
 }
 
 impl Diagnostics {
     pub fn new(path: impl Into<String>) -> Self {
         Self {
             path: path.into(),
-            items: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -136,6 +153,16 @@ impl Diagnostics {
     }
 
     pub fn push(&mut self, diagnostic: Diagnostic) -> &mut Diagnostic {
+        if self.items.len() >= KEPT {
+            if diagnostic.severity == Severity::Error {
+                self.more_errors += 1;
+            } else {
+                self.more_others += 1;
+            }
+            self.spare = diagnostic;
+            self.spare.uncounted = true;
+            return &mut self.spare;
+        }
         self.items.push(diagnostic);
         let last = self.items.len() - 1;
         &mut self.items[last]
@@ -146,32 +173,58 @@ impl Diagnostics {
     }
 
     pub fn has_errors(&self) -> bool {
-        self.items.iter().any(|d| d.severity == Severity::Error)
+        self.more_errors > 0 || self.items.iter().any(|d| d.severity == Severity::Error)
     }
 
     pub fn error_count(&self) -> usize {
-        self.items
-            .iter()
-            .filter(|d| d.severity == Severity::Error)
-            .count()
+        self.more_errors
+            + self
+                .items
+                .iter()
+                .filter(|d| d.severity == Severity::Error)
+                .count()
     }
 
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    /// The errors found past [`KEPT`]: counted, not kept.
+    pub fn errors_not_kept(&self) -> usize {
+        self.more_errors
+    }
+
     /// The diagnostics sorted by position, without repeats. Settings shared through
     /// `defaults` are checked once per step, so the same problem can be found many times.
+    /// Past [`KEPT`], one last diagnostic says how many more there are.
     pub fn into_sorted(mut self) -> Vec<Diagnostic> {
         self.items.sort_by_key(|a| a.pos);
         self.items.dedup();
+        let more = self.more_errors + self.more_others;
+        if more > 0 {
+            // A note: the problems it stands for are counted by `error_count`.
+            self.items.push(
+                Diagnostic::error(
+                    &self.path,
+                    None,
+                    format!(
+                        "{more} more problems in this file are not shown ({} errors); the first {KEPT} found are above",
+                        self.more_errors
+                    ),
+                )
+                .with_severity(Severity::Note)
+                .with_help("fix these and run it again to see the rest"),
+            );
+        }
         self.items
     }
 }
 
 impl Extend<Diagnostic> for Diagnostics {
     fn extend<T: IntoIterator<Item = Diagnostic>>(&mut self, iter: T) {
-        self.items.extend(iter);
+        for d in iter {
+            self.push(d);
+        }
     }
 }
 
@@ -182,6 +235,9 @@ impl Diagnostic {
         got: &str,
         known: impl IntoIterator<Item = &'a str>,
     ) -> &mut Self {
+        if self.uncounted {
+            return self;
+        }
         if let Some(best) = nearest(got, known) {
             self.help.push(format!("did you mean '{best}'?"));
         }
@@ -189,7 +245,9 @@ impl Diagnostic {
     }
 
     pub fn help(&mut self, help: impl Into<String>) -> &mut Self {
-        self.help.push(help.into());
+        if !self.uncounted {
+            self.help.push(help.into());
+        }
         self
     }
 }
@@ -238,5 +296,27 @@ mod tests {
         assert_eq!(nearest("resource", known), Some("resources"));
         assert_eq!(nearest("Run", known), Some("run"));
         assert_eq!(nearest("zzzzzz", known), None);
+    }
+
+    #[test]
+    fn past_the_kept_ones_problems_are_counted_and_said_once() {
+        let mut d = Diagnostics::new("big.yaml");
+        for i in 0..(KEPT as u32 + 250) {
+            d.error(Pos::new(i + 1, 1), format!("problem {i}"))
+                .suggest("need", ["needs"]);
+        }
+        assert_eq!(d.error_count(), KEPT + 250);
+        assert!(d.has_errors());
+        let sorted = d.into_sorted();
+        assert_eq!(sorted.len(), KEPT + 1);
+        assert_eq!(sorted[0].help, ["did you mean 'needs'?"]);
+        let last = sorted.last().expect("the summary");
+        assert_eq!(last.severity, Severity::Note);
+        assert!(
+            last.message
+                .starts_with("250 more problems in this file are not shown"),
+            "{}",
+            last.message
+        );
     }
 }

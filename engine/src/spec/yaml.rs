@@ -297,6 +297,9 @@ enum Frame {
         start: Span,
         anchor: usize,
         entries: Vec<Entry>,
+        /// Where each key of `entries` is, to find a duplicate in constant time (a mapping
+        /// of 100,000 keys must not cost 100,000² comparisons).
+        seen: HashMap<String, Pos>,
         key: Option<Node>,
     },
 }
@@ -353,6 +356,7 @@ impl Loader {
                     start: span,
                     anchor,
                     entries: Vec::new(),
+                    seen: HashMap::new(),
                     key: None,
                 });
                 Ok(())
@@ -441,7 +445,9 @@ impl Loader {
         match self.stack.last_mut() {
             None => self.docs.push(node),
             Some(Frame::Seq { items, .. }) => items.push(node),
-            Some(Frame::Map { entries, key, .. }) => match key.take() {
+            Some(Frame::Map {
+                entries, seen, key, ..
+            }) => match key.take() {
                 None => *key = Some(node),
                 Some(k) => {
                     let key_pos = k.pos;
@@ -454,12 +460,19 @@ impl Loader {
                             return Ok(());
                         }
                     };
-                    if let Some(first) = entries.iter().find(|e| e.key == key && e.key != "<<") {
-                        let line = first.key_pos;
+                    let first = if key == "<<" {
+                        None
+                    } else {
+                        seen.get(&key).copied()
+                    };
+                    if let Some(line) = first {
                         diags
                             .error(key_pos, format!("duplicate key '{key}'"))
                             .help(format!("'{key}' is first set at {line}; remove one"));
                     } else {
+                        if key != "<<" {
+                            seen.insert(key.clone(), key_pos);
+                        }
                         entries.push(Entry {
                             key,
                             key_pos,
@@ -512,8 +525,11 @@ fn merge_keys(entries: Vec<Entry>, diags: &mut Diagnostics) -> Vec<Entry> {
             }
         }
     }
+    // Linear in the entries (a mapping merged from a mapping of thousands of keys, hundreds
+    // of times, must not cost their product squared).
+    let mut keys: std::collections::HashSet<String> = own.iter().map(|e| e.key.clone()).collect();
     for entry in merged {
-        if !own.iter().any(|e| e.key == entry.key) {
+        if keys.insert(entry.key.clone()) {
             own.push(entry);
         }
     }

@@ -14,6 +14,7 @@ mod schedules;
 pub mod system;
 mod tokens;
 mod usage;
+mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub limiter: Arc<auth::Limiter>,
     /// `/readyz`'s last probe of the store.
     pub readiness: Arc<system::Readiness>,
+    /// Turns at validating members' files, off the async workers.
+    pub validation: Arc<validate::Validation>,
     /// The Cluster file runs submitted here are admitted under.
     pub cluster: Option<std::path::PathBuf>,
     /// The object store runs submitted here use, when not the Cluster's or the home's.
@@ -75,6 +78,7 @@ impl AppState {
             metrics,
             limiter: Arc::new(auth::limiter(config.rate)),
             readiness: Arc::default(),
+            validation: Arc::default(),
             cluster: config.cluster.clone(),
             objects: config.objects.clone(),
             stop,

@@ -209,11 +209,22 @@ pub(super) async fn submit_request(
     caller: &Caller,
     request: service::Request,
 ) -> Result<SubmittedBody, ApiError> {
-    let mut warnings: Vec<String> = Vec::new();
+    let principal = caller.principal.clone();
+    let (checked, mut warnings) = state
+        .validation
+        .run(move || {
+            let mut warnings: Vec<String> = Vec::new();
+            let mut warn = |d: &[crate::spec::Diagnostic]| {
+                warnings.extend(d.iter().map(ToString::to_string));
+            };
+            let checked = service::submit::check(&principal, request, &mut warn);
+            (checked, warnings)
+        })
+        .await?;
+    let checked = checked?;
     let mut warn = |d: &[crate::spec::Diagnostic]| {
         warnings.extend(d.iter().map(ToString::to_string));
     };
-    let checked = service::submit::check(&caller.principal, request, &mut warn)?;
     let submitted = state
         .service
         .submit(&caller.principal, checked, &mut warn)

@@ -76,17 +76,20 @@ pub async fn apply(
             text: f.text,
         })
         .collect();
+    // Validating the files is CPU work: on a blocking thread, within the server's budget
+    // (`validate`); the store is written from there too.
+    let (service, principal, by) = (
+        state.service.clone(),
+        caller.principal.clone(),
+        caller.id.clone(),
+    );
+    let (prune, dry_run) = (body.prune, body.dry_run);
+    let handle = tokio::runtime::Handle::current();
     let result = state
-        .service
-        .apply(
-            &caller.principal,
-            &caller.id,
-            &files,
-            body.prune,
-            body.dry_run,
-        )
+        .validation
+        .run(move || handle.block_on(service.apply(&principal, &by, &files, prune, dry_run)))
         .await
-        .map_err(ApiError::from);
+        .and_then(|r| r.map_err(ApiError::from));
     if !body.dry_run {
         let target = match &result {
             Ok(lines) => lines
