@@ -119,3 +119,251 @@ fn signing_in_goes_back_only_to_a_path_of_this_site() {
         page.text()
     );
 }
+
+/// The CSRF value of the signed-in page `path` (its forms' hidden `csrf` field).
+fn csrf_of_page(server: &Server, cookie: &str, path: &str) -> String {
+    let a = request_with(&server.addr, "GET", path, &[("Cookie", cookie)], None).expect("a page");
+    assert_eq!(a.status, 200, "{path}: {}", a.text());
+    let text = a.text();
+    let at = text
+        .find(r#"name="csrf" value=""#)
+        .unwrap_or_else(|| panic!("{path} has a form with a CSRF value: {text}"));
+    let rest = &text[at + r#"name="csrf" value=""#.len()..];
+    rest[..rest.find('"').expect("the value ends")].to_owned()
+}
+
+/// The cookie a sign-in sets: `sluice_token=...`.
+fn cookie_of(a: &Answer) -> String {
+    a.header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("a cookie: {:?}", a.headers))
+        .to_owned()
+}
+
+/// The API's refusal of another site's request: 403 in the API's JSON shape.
+fn refused_as_json(a: &Answer, what: &str) {
+    assert_eq!(a.status, 403, "{what}: {}", a.text());
+    let v = a.json();
+    assert_eq!(v["error"]["status"], 403, "{what}: {v}");
+    assert_eq!(v["error"]["kind"], "forbidden", "{what}: {v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("another site"), "{what}: {message}");
+}
+
+#[test]
+fn requests_of_other_sites_are_refused_before_anything_is_done() {
+    let sb = Sandbox::new("web-origin");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let (_, admin) = token(&sb, "*", "admin", &[]);
+    let server = Server::start(&sb, &[]);
+    let own = format!("http://{}", server.addr);
+    let other_port = format!(
+        "http://127.0.0.1:{}",
+        server
+            .addr
+            .rsplit(':')
+            .next()
+            .unwrap_or("1")
+            .parse::<u16>()
+            .unwrap_or(1)
+            ^ 1
+    );
+
+    // Signing in from another site (login CSRF: the victim signed in as the attacker's
+    // team): 403, an HTML page saying why, and no cookie.
+    for headers in [
+        vec![("Origin", "http://evil.example")],
+        vec![("Origin", "null")],
+        vec![("Origin", other_port.as_str())],
+        vec![("Origin", "http://127.0.0.1")],
+        vec![("Sec-Fetch-Site", "cross-site")],
+        vec![("Sec-Fetch-Site", "same-site")],
+        vec![("Origin", own.as_str()), ("Sec-Fetch-Site", "cross-site")],
+        vec![("Origin", own.as_str()), ("Origin", "http://evil.example")],
+        vec![
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+    ] {
+        let a = login(&server, &member, Some("/runs"), &headers);
+        assert_eq!(a.status, 403, "{headers:?}: {}", a.text());
+        assert_eq!(a.header("set-cookie"), None, "{headers:?}");
+        assert!(
+            a.header("content-type")
+                .unwrap_or_default()
+                .starts_with("text/html"),
+            "{headers:?}: {:?}",
+            a.headers
+        );
+        assert!(
+            a.text().contains("another site"),
+            "{headers:?}: {}",
+            a.text()
+        );
+    }
+    // From this site's own page, a browser's address bar, or a client that is no browser
+    // (no Origin, no Sec-Fetch-Site): signed in.
+    for headers in [
+        vec![("Origin", own.as_str()), ("Sec-Fetch-Site", "same-origin")],
+        vec![("Origin", own.as_str())],
+        vec![("Sec-Fetch-Site", "none")],
+        vec![],
+    ] {
+        let a = login(&server, &member, Some("/runs"), &headers);
+        assert_eq!(a.status, 303, "{headers:?}: {}", a.text());
+        assert_eq!(a.header("location"), Some("/runs"));
+        assert!(a.header("set-cookie").is_some(), "{headers:?}");
+    }
+
+    // A change of the UI posted by another site with the session's cookie and CSRF value
+    // (as if SameSite were not enforced): refused, the session kept.
+    let cookie = cookie_of(&login(&server, &member, None, &[]));
+    let csrf = csrf_of_page(&server, &cookie, "/runs");
+    let body = form(&[("csrf", &csrf)]);
+    let post = |extra: &[(&str, &str)]| {
+        let mut headers = vec![
+            ("Cookie", cookie.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ];
+        headers.extend_from_slice(extra);
+        request_with(&server.addr, "POST", "/logout", &headers, Some(&body)).expect("POST /logout")
+    };
+    let a = post(&[("Origin", "http://evil.example")]);
+    assert_eq!(a.status, 403, "{}", a.text());
+    assert_eq!(a.header("set-cookie"), None, "the session is not cleared");
+    assert!(a.text().contains("another site"), "{}", a.text());
+    let a = post(&[("Origin", own.as_str()), ("Sec-Fetch-Site", "same-origin")]);
+    assert_eq!(a.status, 303, "{}", a.text());
+
+    // The API: a foreign Origin is refused in the API's shape, whatever the method, before
+    // the token is looked at; the same request without it (the CLI, curl) is done.
+    let bearer = format!("Bearer {admin}");
+    let create = serde_json::json!({"team": "vision", "role": "viewer"}).to_string();
+    let api = |method: &str, path: &str, body: Option<&[u8]>, extra: &[(&str, &str)]| {
+        let mut headers = vec![
+            ("Authorization", bearer.as_str()),
+            ("Content-Type", "application/json"),
+        ];
+        headers.extend_from_slice(extra);
+        request_with(&server.addr, method, path, &headers, body).expect("an API request")
+    };
+    let tokens = |server: &Server| -> usize {
+        let a = server.call("GET", "/api/v1/tokens", Some(&admin), None);
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.json().as_array().map_or(0, Vec::len)
+    };
+    let before = tokens(&server);
+    for extra in [
+        vec![("Origin", "http://evil.example")],
+        vec![("Origin", "null")],
+        vec![("Sec-Fetch-Site", "cross-site")],
+    ] {
+        let a = api("POST", "/api/v1/tokens", Some(create.as_bytes()), &extra);
+        refused_as_json(&a, &format!("POST /api/v1/tokens {extra:?}"));
+    }
+    assert_eq!(tokens(&server), before, "no token was made");
+    let a = api("POST", "/api/v1/tokens", Some(create.as_bytes()), &[]);
+    assert_eq!(a.status, 201, "{}", a.text());
+    let id = a.json()["id"].as_str().expect("an id").to_owned();
+    let made = a.json()["token"].as_str().expect("a token").to_owned();
+    let revoke = format!("/api/v1/tokens/{id}");
+    let a = api(
+        "DELETE",
+        &revoke,
+        None,
+        &[("Origin", "http://evil.example")],
+    );
+    refused_as_json(&a, "DELETE a token");
+    assert_eq!(
+        server
+            .call("GET", "/api/v1/whoami", Some(&made), None)
+            .status,
+        200,
+        "the token still works"
+    );
+    for method in ["PUT", "PATCH"] {
+        let a = api(method, &revoke, None, &[("Origin", "http://evil.example")]);
+        refused_as_json(&a, method);
+    }
+    // Reading is never refused: a GET from another site reads nothing without a token.
+    let a = api(
+        "GET",
+        "/api/v1/whoami",
+        None,
+        &[("Origin", "http://evil.example")],
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let a = api("DELETE", &revoke, None, &[("Origin", own.as_str())]);
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        server
+            .call("GET", "/api/v1/whoami", Some(&made), None)
+            .status,
+        401,
+        "revoked"
+    );
+}
+
+#[test]
+fn allowed_origins_are_those_a_proxy_serves_the_ui_at() {
+    let sb = Sandbox::new("web-allowed-origin");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    // A bad origin is refused before the server starts.
+    for bad in [
+        "sluice.example.com",
+        "https://sluice.example.com/ui",
+        "ftp://sluice.example.com",
+        "https://user@sluice.example.com",
+        "https://sluice.example.com:99999",
+        "null",
+    ] {
+        let out = sb.run(&["server", "--listen", "127.0.0.1:0", "--allowed-origin", bad]);
+        assert_eq!(out.code, Some(2), "--allowed-origin {bad}: {}", out.stderr);
+        assert!(out.stderr.contains("--allowed-origin"), "{}", out.stderr);
+    }
+    let server = Server::start(
+        &sb,
+        &[
+            "--allowed-origin",
+            "https://Sluice.Example.com/",
+            "--allowed-origin",
+            "http://10.0.0.5:8080",
+        ],
+    );
+    // The proxy rewrites Host to the server's own address; the browser names its origin.
+    for origin in [
+        "https://sluice.example.com",
+        "https://sluice.example.com:443",
+        "http://10.0.0.5:8080",
+    ] {
+        let a = login(
+            &server,
+            &member,
+            None,
+            &[("Origin", origin), ("Sec-Fetch-Site", "same-origin")],
+        );
+        assert_eq!(a.status, 303, "{origin}: {}", a.text());
+        assert!(a.header("set-cookie").is_some());
+    }
+    for origin in [
+        "http://sluice.example.com",
+        "https://sluice.example.com:8443",
+        "https://evil.example",
+        "http://10.0.0.5",
+    ] {
+        let a = login(&server, &member, None, &[("Origin", origin)]);
+        assert_eq!(a.status, 403, "{origin}: {}", a.text());
+        assert_eq!(a.header("set-cookie"), None);
+    }
+    // An allowed origin is still another site's when the browser says so.
+    let a = login(
+        &server,
+        &member,
+        None,
+        &[
+            ("Origin", "https://sluice.example.com"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+    );
+    assert_eq!(a.status, 403, "{}", a.text());
+}

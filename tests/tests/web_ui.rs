@@ -235,6 +235,42 @@ async fn another_teams_token_sees_none_of_its_pages() {
     b.close().await;
 }
 
+/// Login CSRF: a page of another site posting the sign-in form with the attacker's token, so
+/// that its visitor works in the attacker's team. Refused (403) without a cookie set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_site_cannot_sign_its_visitor_in() {
+    let sb = Sandbox::new("web-ui-login-csrf");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let (_, attacker) = token(&sb, "nlp", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    let forge = format!(
+        r#"<!doctype html><form method="post" action="{base}/login"><input name="token" value="{attacker}"><input name="next" value="/runs"></form><script>document.forms[0].submit()</script>"#
+    );
+    let site = sluice_e2e::site::Site::start(&[("/forge", &forge)]);
+
+    let b = Browser::start().await;
+    b.goto(&site.url("localhost", "/forge")).await;
+    b.wait_for_text("the refusal", false, |t| t.contains("another site"))
+        .await;
+    b.goto(&format!("{base}/runs")).await;
+    assert!(
+        b.url().await.contains("/login"),
+        "not signed in: {}",
+        b.url().await
+    );
+    assert!(!b.text().await.contains("team nlp"), "{}", b.text().await);
+
+    // Signed in already: still in the visitor's own team afterwards.
+    b.sign_in(&base, &member).await;
+    b.goto(&site.url("localhost", "/forge")).await;
+    b.wait_for_text("the refusal", false, |t| t.contains("another site"))
+        .await;
+    b.goto(&format!("{base}/runs")).await;
+    assert!(b.text().await.contains("team vision"), "{}", b.text().await);
+    b.close().await;
+}
+
 fn status_of(server: &Server, token: &str, id: &str) -> String {
     status(server, token, id)["state"]
         .as_str()
@@ -286,20 +322,19 @@ async fn a_viewer_has_no_buttons_and_forged_changes_are_refused() {
     );
     assert_eq!(status_of(&server, &member, &id), "Running");
 
-    // A page of another site posting the form: the cookie is SameSite=Strict, so the change
-    // arrives without a session, and nothing is done.
-    let other_site = base.replace("127.0.0.1", "localhost");
-    b.goto(&format!("{other_site}/login")).await;
-    b.client
-        .execute(
-            "const [target] = arguments; const f = document.createElement('form'); \
-             f.method = 'post'; f.action = target; document.body.appendChild(f); f.submit();",
-            vec![format!("{base}{cancel}").into()],
-        )
-        .await
-        .expect("the forged form is sent");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(b.url().await.contains("/login"), "{}", b.url().await);
+    // A page of another site posting the form, even with the session's CSRF value: refused
+    // (403) by the Origin check before anything is done (and the cookie, SameSite=Strict,
+    // is not even sent).
+    let csrf = b.attrs("input[name=csrf]", "value").await;
+    let forge = format!(
+        r#"<!doctype html><form method="post" action="{base}{cancel}"><input name="csrf" value="{}"></form><script>document.forms[0].submit()</script>"#,
+        csrf[0]
+    );
+    let site = sluice_e2e::site::Site::start(&[("/forge", &forge)]);
+    b.goto(&site.url("localhost", "/forge")).await;
+    b.wait_for_text("the refusal", false, |t| t.contains("another site"))
+        .await;
+    assert!(b.text().await.contains("403"), "{}", b.text().await);
     assert_eq!(status_of(&server, &member, &id), "Running");
 
     // The real button cancels (its confirmation accepted).
