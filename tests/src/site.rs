@@ -6,13 +6,16 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+type Pages = Arc<Mutex<Vec<(String, String)>>>;
 
 /// The pages, by path (the query is not looked at); others are 404. Stops when dropped.
 pub struct Site {
     pub port: u16,
+    pages: Pages,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -21,10 +24,13 @@ impl Site {
     pub fn start(pages: &[(&str, &str)]) -> Site {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a port for the other site");
         let port = listener.local_addr().expect("its address").port();
-        let pages: Vec<(String, String)> = pages
-            .iter()
-            .map(|(p, h)| ((*p).to_owned(), (*h).to_owned()))
-            .collect();
+        let pages: Pages = Arc::new(Mutex::new(
+            pages
+                .iter()
+                .map(|(p, h)| ((*p).to_owned(), (*h).to_owned()))
+                .collect(),
+        ));
+        let serving = pages.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -33,14 +39,23 @@ impl Site {
                     break;
                 }
                 if let Ok(s) = stream {
+                    let pages = serving.lock().map(|p| p.clone()).unwrap_or_default();
                     answer(s, &pages);
                 }
             }
         });
         Site {
             port,
+            pages,
             stop,
             thread: Some(thread),
+        }
+    }
+
+    /// Serves `html` at `path` from now on (a page that names the site's own address).
+    pub fn page(&self, path: &str, html: &str) {
+        if let Ok(mut p) = self.pages.lock() {
+            p.push((path.to_owned(), html.to_owned()));
         }
     }
 

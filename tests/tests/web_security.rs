@@ -367,3 +367,200 @@ fn allowed_origins_are_those_a_proxy_serves_the_ui_at() {
     );
     assert_eq!(a.status, 403, "{}", a.text());
 }
+
+const FAILS: &str = r#"apiVersion: sluice.dev/v1
+kind: Pipeline
+metadata: {name: validate}
+spec:
+  steps:
+    - name: load
+      run: echo loaded 0 rows
+    - name: check
+      needs: [load]
+      run: echo "the input has 0 rows" >&2; exit 3
+"#;
+
+/// Every answer of the UI: a policy allowing scripts and styles of this site only (no inline
+/// script, no `style=` attribute), no framing, no sniffing, no referrer to other sites.
+fn hardened(a: &Answer, what: &str) {
+    let csp = a.header("content-security-policy").unwrap_or_default();
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ] {
+        assert!(csp.contains(directive), "{what}: {directive} in {csp:?}");
+    }
+    assert!(!csp.contains("unsafe"), "{what}: {csp}");
+    assert_eq!(a.header("x-frame-options"), Some("DENY"), "{what}");
+    assert_eq!(
+        a.header("x-content-type-options"),
+        Some("nosniff"),
+        "{what}"
+    );
+    assert_eq!(a.header("referrer-policy"), Some("same-origin"), "{what}");
+    if a.header("content-type")
+        .is_some_and(|t| t.starts_with("text/html"))
+    {
+        // What the policy would block must not be needed: no inline script or handler, no
+        // style attribute.
+        let body = a.text();
+        for (at, _) in body.match_indices("<script") {
+            assert!(
+                body[at..].starts_with("<script src=\"/ui/"),
+                "{what}: an inline script at {}",
+                &body[at..(at + 80).min(body.len())]
+            );
+        }
+        for attr in [
+            " style=",
+            " onclick=",
+            " onsubmit=",
+            " onload=",
+            "javascript:",
+        ] {
+            assert!(!body.contains(attr), "{what}: {attr} in {body}");
+        }
+    }
+}
+
+#[test]
+fn every_answer_carries_the_hardening_headers() {
+    let sb = Sandbox::new("web-headers");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    sb.write("fails.yaml", FAILS);
+    let out = server.cli(&sb, Some(&member), &["run", "fails.yaml", "--detach"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let id = out.stdout.trim().to_owned();
+    sluice_e2e::wait_for("the run to fail", || {
+        server
+            .call("GET", &format!("/api/v1/runs/{id}"), Some(&member), None)
+            .json()["state"]
+            == "Failed"
+    });
+    let cookie = cookie_of(&login(&server, &member, None, &[]));
+    let get = |path: &str, signed_in: bool| {
+        let headers: Vec<(&str, &str)> = if signed_in {
+            vec![("Cookie", cookie.as_str())]
+        } else {
+            vec![]
+        };
+        request_with(&server.addr, "GET", path, &headers, None)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    };
+    let pages = [
+        ("/runs".to_owned(), 200),
+        ("/runs?state=Failed".to_owned(), 200),
+        (format!("/runs/{id}"), 200),
+        (format!("/runs/{id}/live"), 200),
+        (format!("/runs/{id}/steps/check"), 200),
+        (format!("/runs/{id}/steps/check/log.txt"), 200),
+        ("/queue".to_owned(), 200),
+        ("/schedules".to_owned(), 200),
+        ("/usage".to_owned(), 200),
+        ("/usage?days=30".to_owned(), 200),
+        ("/runs/no-such-run".to_owned(), 404),
+        (format!("/runs/{id}/steps/nope"), 404),
+        ("/".to_owned(), 303),
+    ];
+    for (path, status) in &pages {
+        let a = get(path, true);
+        assert_eq!(a.status, *status, "{path}: {}", a.text());
+        hardened(&a, path);
+    }
+    // The usage page's bars are SVG, not `style=` widths.
+    assert!(get("/usage", true).text().contains(r#"<svg class="bar""#));
+    // Signed out: the sign-in page, and the redirects to it.
+    for (path, status) in [
+        ("/login", 200),
+        ("/login?next=/queue&why=x", 200),
+        ("/runs", 303),
+    ] {
+        let a = get(path, false);
+        assert_eq!(a.status, status, "{path}");
+        hardened(&a, path);
+    }
+    // Refusals: a bad sign-in, a change without its CSRF value, another site's change.
+    hardened(&login(&server, "nope", None, &[]), "a failed sign-in");
+    hardened(
+        &login(&server, &member, None, &[]),
+        "the sign-in's redirect",
+    );
+    let a = request_with(
+        &server.addr,
+        "POST",
+        "/logout",
+        &[
+            ("Cookie", &cookie),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        Some(b"csrf=wrong"),
+    )
+    .expect("POST /logout");
+    assert_eq!(a.status, 403);
+    hardened(&a, "a change without its CSRF value");
+    let a = login(&server, &member, None, &[("Origin", "http://evil.example")]);
+    assert_eq!(a.status, 403);
+    hardened(&a, "another site's sign-in");
+
+    // The stylesheet and the script, at the addresses the pages name: compiled in, their
+    // type said, cached for a year (the address changes with their content).
+    let page = get("/runs", true).text();
+    for (prefix, kind) in [
+        ("<link rel=\"stylesheet\" href=\"", "text/css"),
+        ("<script src=\"", "text/javascript"),
+    ] {
+        let at = page
+            .find(prefix)
+            .unwrap_or_else(|| panic!("{prefix} in {page}"));
+        let rest = &page[at + prefix.len()..];
+        let url = &rest[..rest.find('"').expect("the address ends")];
+        assert!(url.starts_with("/ui/app.") && url.contains("?v="), "{url}");
+        let a = get(url, false);
+        assert_eq!(a.status, 200, "{url}");
+        assert!(
+            a.header("content-type")
+                .is_some_and(|t| t.starts_with(kind)),
+            "{url}: {:?}",
+            a.headers
+        );
+        let cache = a.header("cache-control").unwrap_or_default();
+        assert!(
+            cache.contains("max-age=31536000") && cache.contains("immutable"),
+            "{url}: {cache}"
+        );
+        assert!(!a.body.is_empty());
+        hardened(&a, url);
+    }
+
+    // The API's answers and the routes beside it: never sniffed as another type.
+    for (path, status) in [
+        ("/api/v1/runs", 200),
+        ("/api/v1/whoami", 200),
+        ("/api/v1/runs/no-such-run", 404),
+        ("/api/v1/openapi.json", 200),
+        ("/healthz", 200),
+        ("/no-such-route", 404),
+    ] {
+        let a = server.call("GET", path, Some(&member), None);
+        assert_eq!(a.status, status, "{path}: {}", a.text());
+        assert_eq!(
+            a.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+    let a = server.call(
+        "POST",
+        "/api/v1/runs/no-such-run/cancel",
+        Some(&member),
+        None,
+    );
+    assert_eq!(a.status, 404);
+    assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+}

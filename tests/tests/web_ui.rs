@@ -106,6 +106,16 @@ async fn a_member_signs_in_and_reads_runs_graphs_logs_and_sweeps() {
     assert!(b.url().await.ends_with("/runs"), "{}", b.url().await);
     // The token never shows in a URL.
     assert!(!b.url().await.contains(&member));
+    // The stylesheet applies under the page's Content-Security-Policy (a file of this site).
+    let header = b
+        .client
+        .execute(
+            "return getComputedStyle(document.querySelector('header.top')).backgroundColor;",
+            vec![],
+        )
+        .await
+        .expect("the header's colour");
+    assert_eq!(header, "rgb(24, 32, 44)", "the stylesheet applies");
     let listed = b.attrs("#runs tbody tr", "data-run").await;
     for id in [&diamond, &failed, &sweep] {
         assert!(listed.contains(id), "{id} in the runs list {listed:?}");
@@ -268,6 +278,87 @@ async fn another_site_cannot_sign_its_visitor_in() {
         .await;
     b.goto(&format!("{base}/runs")).await;
     assert!(b.text().await.contains("team vision"), "{}", b.text().await);
+    b.close().await;
+}
+
+/// What the browser shows in the `index`th frame of the page: its address and its text.
+async fn in_frame(b: &Browser, index: u16) -> (String, String) {
+    b.client.enter_frame(index).await.expect("into the frame");
+    let shown = b
+        .client
+        .execute(
+            "return [String(location.href), document.body ? document.body.innerText : ''];",
+            vec![],
+        )
+        .await
+        .expect("the frame's address and text");
+    b.client.enter_parent_frame().await.expect("back out");
+    let field = |i: usize| shown[i].as_str().unwrap_or_default().to_owned();
+    (field(0), field(1))
+}
+
+/// Clickjacking: a page of another site framing sluice's pages (a run, the sign-in form)
+/// gets nothing rendered: `frame-ancestors 'none'` and `X-Frame-Options: DENY`. (The
+/// framed run's request carries no cookie, SameSite=Strict, so without them it would show
+/// the sign-in form.) A frame of a third origin on the same page is rendered, which shows
+/// that the test sees what frames show. The framing page is served by `site`, with no
+/// policy of its own: a page of sluice's (at `localhost`) would be stopped from framing
+/// anything by its own `default-src 'none'`, which would prove nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_site_cannot_frame_the_pages() {
+    let sb = Sandbox::new("web-ui-frames");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("fails.yaml", FAILS);
+    let id = submit_in(&server, sb.path(), &member, &["run", "fails.yaml"]);
+    wait_state(&server, &member, &id, &["Failed"]);
+
+    let site =
+        sluice_e2e::site::Site::start(&[("/inner", "<p id=inner>a frame of a third origin</p>")]);
+    // The page is at localhost, the control frame at 127.0.0.1 of the same port: another
+    // origin again, whose page has no policy.
+    site.page(
+        "/frame",
+        &format!(
+            r#"<!doctype html><iframe src="{}"></iframe><iframe src="{base}/runs/{id}"></iframe><iframe src="{base}/login"></iframe>"#,
+            site.url("127.0.0.1", "/inner")
+        ),
+    );
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+    b.goto(&site.url("localhost", "/frame")).await;
+    let deadline = std::time::Instant::now() + sluice_e2e::wait::deadline();
+    while !in_frame(&b, 0)
+        .await
+        .1
+        .contains("a frame of a third origin")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the control frame never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (index, what) in [(1, "the run"), (2, "the sign-in form")] {
+        // Until the frame has loaded what it was given (it starts at about:blank).
+        let (url, text) = loop {
+            let (url, text) = in_frame(&b, index).await;
+            if url != "about:blank" || std::time::Instant::now() > deadline {
+                break (url, text);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            !text.contains("sluice") && !text.contains(&id) && !text.contains("Token"),
+            "{what} was rendered in another site's frame ({url}): {text}"
+        );
+        // Chromium's page for a frame it refused to render.
+        assert!(
+            url.starts_with("chrome-error://"),
+            "{what}: the frame is at {url}: {text}"
+        );
+    }
     b.close().await;
 }
 

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod drivers;
+pub mod headers;
 pub mod leader;
 pub mod metrics;
 pub mod origin;

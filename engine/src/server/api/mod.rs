@@ -147,6 +147,7 @@ pub fn router(state: AppState) -> Router {
             state.allowed_origins.clone(),
             super::origin::check,
         ))
+        .layer(middleware::map_response(super::headers::add))
         .with_state(state)
 }
 

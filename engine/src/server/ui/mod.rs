@@ -47,8 +47,8 @@ pub fn routes() -> Router<AppState> {
         .route("/queue", get(pages::queue))
         .route("/schedules", get(pages::schedules))
         .route("/usage", get(pages::usage))
-        .route("/ui/style.css", get(layout::stylesheet))
-        .route("/ui/live.js", get(layout::script))
+        .route("/ui/app.css", get(layout::stylesheet))
+        .route("/ui/app.js", get(layout::script))
 }
 
 /// A page that could not be shown: the service's refusal as an HTML page with its status.
