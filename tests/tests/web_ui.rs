@@ -362,6 +362,139 @@ async fn another_site_cannot_frame_the_pages() {
     b.close().await;
 }
 
+/// How many attempts step `step` of run `id` has had.
+fn attempts_of(server: &Server, token: &str, id: &str, step: &str) -> usize {
+    status(server, token, id)["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["name"] == step))
+        .and_then(|s| s["attempts"].as_array())
+        .map_or(0, Vec::len)
+}
+
+/// Clicks the button `css` and answers the confirmation it asks for (accepted or
+/// dismissed): the question. Fails when none is asked.
+async fn click_and_answer(b: &Browser, css: &str, accept: bool) -> String {
+    b.client
+        .find(fantoccini::Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .expect("a click");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let asked = loop {
+        match b.client.get_alert_text().await {
+            Ok(t) => break t,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{css} asked for no confirmation: {e} (at {})",
+                    b.url().await
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    if accept {
+        b.client.accept_alert().await.expect("accepted");
+    } else {
+        b.client.dismiss_alert().await.expect("dismissed");
+    }
+    asked
+}
+
+/// Retry, Resume, Cancel and Preempt ask first, naming the run (the external script's
+/// `confirm`, from the form's `data-confirm`): dismissed, nothing changes; accepted, the
+/// change is made. Preempt's buttons are in the part of the page a running run refreshes
+/// every 2 s: they still ask once it has been replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_ask_first_and_a_dismissed_one_changes_nothing() {
+    let sb = Sandbox::new("web-ui-confirm");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("fails.yaml", FAILS);
+    sb.write("slow.yaml", SLOW);
+    let failed = submit_in(&server, sb.path(), &member, &["run", "fails.yaml"]);
+    let running = submit_in(&server, sb.path(), &member, &["run", "slow.yaml"]);
+    wait_state(&server, &member, &failed, &["Failed"]);
+    sluice_e2e::wait_for("the slow step to run", || {
+        sluice_e2e::step_states(&status(&server, &member, &running)).get("wait")
+            == Some(&"Running".to_owned())
+    });
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+
+    // Retry, dismissed: the run stays as it was, the page too.
+    let page = format!("{base}/runs/{failed}");
+    b.goto(&page).await;
+    let retry = format!("form[action='/runs/{failed}/retry'] button");
+    let asked = click_and_answer(&b, &retry, false).await;
+    assert!(
+        asked.starts_with(&format!("Retry run {failed}?")),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(b.url().await, page);
+    assert_eq!(status_of(&server, &member, &failed), "Failed");
+    assert_eq!(attempts_of(&server, &member, &failed, "check"), 1);
+    // Accepted: retried.
+    click_and_answer(&b, &retry, true).await;
+    b.wait_for_text("the retry", false, |t| t.contains("Reopened: check."))
+        .await;
+    sluice_e2e::wait_for("check's second attempt", || {
+        attempts_of(&server, &member, &failed, "check") == 2
+    });
+
+    // Preempt, once the refreshing part has been replaced: asks, and dismissed, nothing.
+    b.goto(&format!("{base}/runs/{running}")).await;
+    b.client
+        .execute(
+            "document.getElementById('steps').dataset.first = 'yes';",
+            vec![],
+        )
+        .await
+        .expect("the first steps table marked");
+    let deadline = std::time::Instant::now() + sluice_e2e::wait::deadline();
+    while b.count("#steps[data-first]").await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the steps never refreshed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let asked = click_and_answer(
+        &b,
+        &format!("form[action='/runs/{running}/steps/wait/preempt'] button"),
+        false,
+    )
+    .await;
+    assert!(
+        asked.starts_with(&format!("Preempt step wait of run {running}?")),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!b.text().await.contains("preempted:"), "{}", b.text().await);
+    assert_eq!(attempts_of(&server, &member, &running, "wait"), 1);
+    assert_eq!(
+        sluice_e2e::step_states(&status(&server, &member, &running)).get("wait"),
+        Some(&"Running".to_owned())
+    );
+
+    // Cancel, dismissed then accepted.
+    let cancel = format!("form[action='/runs/{running}/cancel'] button");
+    let asked = click_and_answer(&b, &cancel, false).await;
+    assert!(
+        asked.starts_with(&format!("Cancel run {running}?")),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(status_of(&server, &member, &running), "Running");
+    click_and_answer(&b, &cancel, true).await;
+    wait_state(&server, &member, &running, &["Cancelled"]);
+    b.close().await;
+}
+
 fn status_of(server: &Server, token: &str, id: &str) -> String {
     status(server, token, id)["state"]
         .as_str()
