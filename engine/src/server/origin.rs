@@ -149,7 +149,7 @@ fn is_safe(method: &Method) -> bool {
 
 /// The one value of a header, if it is there: two of it, or one that is not text, is an
 /// error (no browser sends them).
-fn one<'a>(headers: &'a HeaderMap, name: header::HeaderName) -> Result<Option<&'a str>, String> {
+fn one(headers: &HeaderMap, name: header::HeaderName) -> Result<Option<&str>, String> {
     let mut values = headers.get_all(&name).iter();
     let Some(first) = values.next() else {
         return Ok(None);
@@ -169,7 +169,7 @@ const SEC_FETCH_SITE: header::HeaderName = header::HeaderName::from_static("sec-
 
 /// Why a request is refused as another site's, or nothing. `host` is the request's `Host`
 /// (or its URI's authority, over HTTP/2).
-pub fn judge(
+fn judge(
     method: &Method,
     headers: &HeaderMap,
     host: Option<&str>,
