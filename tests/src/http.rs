@@ -40,17 +40,39 @@ pub fn request(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> std::io::Result<Answer> {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = Vec::new();
+    if let Some(b) = &bearer {
+        headers.push(("Authorization", b.as_str()));
+    }
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    request_with(addr, method, path, &headers, body)
+}
+
+/// Sends `method path` to `addr` with the caller's headers, as a browser would send them
+/// (`Origin`, `Sec-Fetch-Site`, `Cookie`, a form's `Content-Type`): a `Host` among them
+/// replaces the default (`addr`). The body is sent as it is, with its `Content-Length`.
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<Answer> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
+    head.push_str("Connection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     if let Some(b) = body {
-        head.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            b.len()
-        ));
+        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
     } else if method != "GET" {
         head.push_str("Content-Length: 0\r\n");
     }

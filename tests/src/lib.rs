@@ -11,6 +11,7 @@ pub mod kube;
 pub mod postgres;
 pub mod s3;
 pub mod server;
+pub mod site;
 pub mod wait;
 
 use std::path::{Path, PathBuf};

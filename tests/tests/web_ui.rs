@@ -106,6 +106,16 @@ async fn a_member_signs_in_and_reads_runs_graphs_logs_and_sweeps() {
     assert!(b.url().await.ends_with("/runs"), "{}", b.url().await);
     // The token never shows in a URL.
     assert!(!b.url().await.contains(&member));
+    // The stylesheet applies under the page's Content-Security-Policy (a file of this site).
+    let header = b
+        .client
+        .execute(
+            "return getComputedStyle(document.querySelector('header.top')).backgroundColor;",
+            vec![],
+        )
+        .await
+        .expect("the header's colour");
+    assert_eq!(header, "rgb(24, 32, 44)", "the stylesheet applies");
     let listed = b.attrs("#runs tbody tr", "data-run").await;
     for id in [&diamond, &failed, &sweep] {
         assert!(listed.contains(id), "{id} in the runs list {listed:?}");
@@ -235,6 +245,256 @@ async fn another_teams_token_sees_none_of_its_pages() {
     b.close().await;
 }
 
+/// Login CSRF: a page of another site posting the sign-in form with the attacker's token, so
+/// that its visitor works in the attacker's team. Refused (403) without a cookie set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_site_cannot_sign_its_visitor_in() {
+    let sb = Sandbox::new("web-ui-login-csrf");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let (_, attacker) = token(&sb, "nlp", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    let forge = format!(
+        r#"<!doctype html><form method="post" action="{base}/login"><input name="token" value="{attacker}"><input name="next" value="/runs"></form><script>document.forms[0].submit()</script>"#
+    );
+    let site = sluice_e2e::site::Site::start(&[("/forge", &forge)]);
+
+    let b = Browser::start().await;
+    b.goto(&site.url("localhost", "/forge")).await;
+    b.wait_for_text("the refusal", false, |t| t.contains("another site"))
+        .await;
+    b.goto(&format!("{base}/runs")).await;
+    assert!(
+        b.url().await.contains("/login"),
+        "not signed in: {}",
+        b.url().await
+    );
+    assert!(!b.text().await.contains("team nlp"), "{}", b.text().await);
+
+    // Signed in already: still in the visitor's own team afterwards.
+    b.sign_in(&base, &member).await;
+    b.goto(&site.url("localhost", "/forge")).await;
+    b.wait_for_text("the refusal", false, |t| t.contains("another site"))
+        .await;
+    b.goto(&format!("{base}/runs")).await;
+    assert!(b.text().await.contains("team vision"), "{}", b.text().await);
+    b.close().await;
+}
+
+/// What the browser shows in the `index`th frame of the page: its address and its text.
+async fn in_frame(b: &Browser, index: u16) -> (String, String) {
+    b.client.enter_frame(index).await.expect("into the frame");
+    let shown = b
+        .client
+        .execute(
+            "return [String(location.href), document.body ? document.body.innerText : ''];",
+            vec![],
+        )
+        .await
+        .expect("the frame's address and text");
+    b.client.enter_parent_frame().await.expect("back out");
+    let field = |i: usize| shown[i].as_str().unwrap_or_default().to_owned();
+    (field(0), field(1))
+}
+
+/// Clickjacking: a page of another site framing sluice's pages (a run, the sign-in form)
+/// gets nothing rendered: `frame-ancestors 'none'` and `X-Frame-Options: DENY`. (The
+/// framed run's request carries no cookie, SameSite=Strict, so without them it would show
+/// the sign-in form.) A frame of a third origin on the same page is rendered, which shows
+/// that the test sees what frames show. The framing page is served by `site`, with no
+/// policy of its own: a page of sluice's (at `localhost`) would be stopped from framing
+/// anything by its own `default-src 'none'`, which would prove nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_site_cannot_frame_the_pages() {
+    let sb = Sandbox::new("web-ui-frames");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("fails.yaml", FAILS);
+    let id = submit_in(&server, sb.path(), &member, &["run", "fails.yaml"]);
+    wait_state(&server, &member, &id, &["Failed"]);
+
+    let site =
+        sluice_e2e::site::Site::start(&[("/inner", "<p id=inner>a frame of a third origin</p>")]);
+    // The page is at localhost, the control frame at 127.0.0.1 of the same port: another
+    // origin again, whose page has no policy.
+    site.page(
+        "/frame",
+        &format!(
+            r#"<!doctype html><iframe src="{}"></iframe><iframe src="{base}/runs/{id}"></iframe><iframe src="{base}/login"></iframe>"#,
+            site.url("127.0.0.1", "/inner")
+        ),
+    );
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+    b.goto(&site.url("localhost", "/frame")).await;
+    let deadline = std::time::Instant::now() + sluice_e2e::wait::deadline();
+    while !in_frame(&b, 0)
+        .await
+        .1
+        .contains("a frame of a third origin")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the control frame never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (index, what) in [(1, "the run"), (2, "the sign-in form")] {
+        // Until the frame has loaded what it was given (it starts at about:blank).
+        let (url, text) = loop {
+            let (url, text) = in_frame(&b, index).await;
+            if url != "about:blank" || std::time::Instant::now() > deadline {
+                break (url, text);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            !text.contains("sluice") && !text.contains(&id) && !text.contains("Token"),
+            "{what} was rendered in another site's frame ({url}): {text}"
+        );
+        // Chromium's page for a frame it refused to render.
+        assert!(
+            url.starts_with("chrome-error://"),
+            "{what}: the frame is at {url}: {text}"
+        );
+    }
+    b.close().await;
+}
+
+/// How many attempts step `step` of run `id` has had.
+fn attempts_of(server: &Server, token: &str, id: &str, step: &str) -> usize {
+    status(server, token, id)["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["name"] == step))
+        .and_then(|s| s["attempts"].as_array())
+        .map_or(0, Vec::len)
+}
+
+/// Clicks the button `css` and answers the confirmation it asks for (accepted or
+/// dismissed): the question. Fails when none is asked.
+async fn click_and_answer(b: &Browser, css: &str, accept: bool) -> String {
+    b.client
+        .find(fantoccini::Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .expect("a click");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let asked = loop {
+        match b.client.get_alert_text().await {
+            Ok(t) => break t,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{css} asked for no confirmation: {e} (at {})",
+                    b.url().await
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    if accept {
+        b.client.accept_alert().await.expect("accepted");
+    } else {
+        b.client.dismiss_alert().await.expect("dismissed");
+    }
+    asked
+}
+
+/// Retry, Resume, Cancel and Preempt ask first, naming the run (the external script's
+/// `confirm`, from the form's `data-confirm`): dismissed, nothing changes; accepted, the
+/// change is made. Preempt's buttons are in the part of the page a running run refreshes
+/// every 2 s: they still ask once it has been replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_ask_first_and_a_dismissed_one_changes_nothing() {
+    let sb = Sandbox::new("web-ui-confirm");
+    let (_, member) = token(&sb, "vision", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    let base = server.url();
+    sb.write("fails.yaml", FAILS);
+    sb.write("slow.yaml", SLOW);
+    let failed = submit_in(&server, sb.path(), &member, &["run", "fails.yaml"]);
+    let running = submit_in(&server, sb.path(), &member, &["run", "slow.yaml"]);
+    wait_state(&server, &member, &failed, &["Failed"]);
+    sluice_e2e::wait_for("the slow step to run", || {
+        sluice_e2e::step_states(&status(&server, &member, &running)).get("wait")
+            == Some(&"Running".to_owned())
+    });
+    let b = Browser::start().await;
+    b.sign_in(&base, &member).await;
+
+    // Retry, dismissed: the run stays as it was, the page too.
+    let page = format!("{base}/runs/{failed}");
+    b.goto(&page).await;
+    let retry = format!("form[action='/runs/{failed}/retry'] button");
+    let asked = click_and_answer(&b, &retry, false).await;
+    assert!(
+        asked.starts_with(&format!("Retry run {failed}?")),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(b.url().await, page);
+    assert_eq!(status_of(&server, &member, &failed), "Failed");
+    assert_eq!(attempts_of(&server, &member, &failed, "check"), 1);
+    // Accepted: retried.
+    click_and_answer(&b, &retry, true).await;
+    b.wait_for_text("the retry", false, |t| t.contains("Reopened: check."))
+        .await;
+    sluice_e2e::wait_for("check's second attempt", || {
+        attempts_of(&server, &member, &failed, "check") == 2
+    });
+
+    // Preempt, once the refreshing part has been replaced: asks, and dismissed, nothing.
+    b.goto(&format!("{base}/runs/{running}")).await;
+    b.client
+        .execute(
+            "document.getElementById('steps').dataset.first = 'yes';",
+            vec![],
+        )
+        .await
+        .expect("the first steps table marked");
+    let deadline = std::time::Instant::now() + sluice_e2e::wait::deadline();
+    while b.count("#steps[data-first]").await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the steps never refreshed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let asked = click_and_answer(
+        &b,
+        &format!("form[action='/runs/{running}/steps/wait/preempt'] button"),
+        false,
+    )
+    .await;
+    assert!(
+        asked.starts_with(&format!("Preempt step wait of run {running}?")),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!b.text().await.contains("preempted:"), "{}", b.text().await);
+    assert_eq!(attempts_of(&server, &member, &running, "wait"), 1);
+    assert_eq!(
+        sluice_e2e::step_states(&status(&server, &member, &running)).get("wait"),
+        Some(&"Running".to_owned())
+    );
+
+    // Cancel, dismissed then accepted.
+    let cancel = format!("form[action='/runs/{running}/cancel'] button");
+    let asked = click_and_answer(&b, &cancel, false).await;
+    assert!(
+        asked.starts_with(&format!("Cancel run {running}?")),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(status_of(&server, &member, &running), "Running");
+    click_and_answer(&b, &cancel, true).await;
+    wait_state(&server, &member, &running, &["Cancelled"]);
+    b.close().await;
+}
+
 fn status_of(server: &Server, token: &str, id: &str) -> String {
     status(server, token, id)["state"]
         .as_str()
@@ -286,20 +546,19 @@ async fn a_viewer_has_no_buttons_and_forged_changes_are_refused() {
     );
     assert_eq!(status_of(&server, &member, &id), "Running");
 
-    // A page of another site posting the form: the cookie is SameSite=Strict, so the change
-    // arrives without a session, and nothing is done.
-    let other_site = base.replace("127.0.0.1", "localhost");
-    b.goto(&format!("{other_site}/login")).await;
-    b.client
-        .execute(
-            "const [target] = arguments; const f = document.createElement('form'); \
-             f.method = 'post'; f.action = target; document.body.appendChild(f); f.submit();",
-            vec![format!("{base}{cancel}").into()],
-        )
-        .await
-        .expect("the forged form is sent");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(b.url().await.contains("/login"), "{}", b.url().await);
+    // A page of another site posting the form, even with the session's CSRF value: refused
+    // (403) by the Origin check before anything is done (and the cookie, SameSite=Strict,
+    // is not even sent).
+    let csrf = b.attrs("input[name=csrf]", "value").await;
+    let forge = format!(
+        r#"<!doctype html><form method="post" action="{base}{cancel}"><input name="csrf" value="{}"></form><script>document.forms[0].submit()</script>"#,
+        csrf[0]
+    );
+    let site = sluice_e2e::site::Site::start(&[("/forge", &forge)]);
+    b.goto(&site.url("localhost", "/forge")).await;
+    b.wait_for_text("the refusal", false, |t| t.contains("another site"))
+        .await;
+    assert!(b.text().await.contains("403"), "{}", b.text().await);
     assert_eq!(status_of(&server, &member, &id), "Running");
 
     // The real button cancels (its confirmation accepted).

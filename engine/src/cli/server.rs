@@ -26,6 +26,11 @@ pub struct Args {
     /// Requests one token may make per second (bursts of as many); more get 429.
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub rate: u32,
+    /// An origin (https://HOST[:PORT]) whose pages may send changes besides the server's
+    /// own (its Host): the address browsers use when a proxy in front rewrites Host.
+    /// Repeatable. Other sites' POST, PUT, PATCH and DELETE requests are refused (403).
+    #[arg(long = "allowed-origin", value_name = "URL")]
+    pub allowed_origins: Vec<crate::server::origin::Origin>,
 }
 
 /// Runs the server on its own multi-threaded runtime (every run is driven by a task).
@@ -62,6 +67,7 @@ async fn serve(home: &Home, args: &Args) -> Result<Outcome, Error> {
             .map(|c| std::path::absolute(c).unwrap_or_else(|_| c.clone())),
         objects: args.objects.clone(),
         rate: args.rate,
+        allowed_origins: args.allowed_origins.clone(),
     };
     let server = crate::server::Server::bind(config, store, crate::clock::system())
         .await

@@ -8,8 +8,10 @@
 
 pub mod api;
 pub mod drivers;
+pub mod headers;
 pub mod leader;
 pub mod metrics;
+pub mod origin;
 pub mod ticks;
 pub mod ui;
 
@@ -35,6 +37,9 @@ pub struct Config {
     pub objects: Option<String>,
     /// Requests a token may make per second (a burst of as many is allowed).
     pub rate: u32,
+    /// Origins besides the server's own (`Host`) whose pages may send changes: the address
+    /// browsers use when a proxy in front rewrites `Host` (see [`origin`]).
+    pub allowed_origins: Vec<origin::Origin>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -62,6 +62,8 @@ pub struct AppState {
     pub objects: Option<String>,
     /// Turns true when the server stops: streams that follow a run end then.
     pub stop: watch::Receiver<bool>,
+    /// The origins besides the server's own that may send changes (`--allowed-origin`).
+    pub allowed_origins: Arc<[super::origin::Origin]>,
 }
 
 impl AppState {
@@ -82,6 +84,7 @@ impl AppState {
             cluster: config.cluster.clone(),
             objects: config.objects.clone(),
             stop,
+            allowed_origins: config.allowed_origins.clone().into(),
         }
     }
 }
@@ -146,6 +149,12 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(state.clone(), measure))
         .fallback(error::not_a_route)
+        // Outermost, so that another site's change is refused before anything else runs.
+        .layer(middleware::from_fn_with_state(
+            state.allowed_origins.clone(),
+            super::origin::check,
+        ))
+        .layer(middleware::map_response(super::headers::add))
         .with_state(state)
 }
 

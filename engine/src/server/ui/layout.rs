@@ -1,6 +1,11 @@
 //! The page shell (header, navigation, the signed-in team), the stylesheet and the script,
-//! both compiled into the binary, and the small formatting helpers every page uses.
+//! both compiled into the binary and served as files (`/ui/app.css`, `/ui/app.js`: the
+//! Content-Security-Policy allows no inline script or style), and the small formatting
+//! helpers every page uses.
 
+use std::sync::LazyLock;
+
+use axum::extract::Query;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -8,8 +13,20 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::session::Session;
 
-const STYLE: &str = include_str!("style.css");
-const SCRIPT: &str = include_str!("live.js");
+const STYLE: &str = include_str!("app.css");
+const SCRIPT: &str = include_str!("app.js");
+
+/// A file's version: the start of its SHA-256, in the address pages give it
+/// (`/ui/app.css?v=VERSION`), so that it may be cached for a year and a new binary's is
+/// fetched anew.
+fn version_of(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+static STYLE_VERSION: LazyLock<String> = LazyLock::new(|| version_of(STYLE));
+static SCRIPT_VERSION: LazyLock<String> = LazyLock::new(|| version_of(SCRIPT));
 
 /// The pages of the navigation, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +53,8 @@ fn head(title: &str, script: bool) -> Markup {
             meta charset="utf-8";
             meta name="viewport" content="width=device-width, initial-scale=1";
             title { (title) " · sluice" }
-            link rel="stylesheet" href="/ui/style.css";
-            @if script { script src="/ui/live.js" defer {} }
+            link rel="stylesheet" href={ "/ui/app.css?v=" (*STYLE_VERSION) };
+            @if script { script src={ "/ui/app.js?v=" (*SCRIPT_VERSION) } defer {} }
         }
     }
 }
@@ -93,26 +110,39 @@ pub fn html_response(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-pub async fn stylesheet() -> Response {
+/// `?v=VERSION` of a file's address.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct Version {
+    v: Option<String>,
+}
+
+type Asked = Result<Query<Version>, axum::extract::rejection::QueryRejection>;
+
+/// A file compiled in: cached for a year when asked for at its current version (the address
+/// pages give), else for five minutes (an address of an older binary's, or none).
+fn file(kind: &'static str, text: &'static str, current: &str, asked: Asked) -> Response {
+    let cache = match asked.ok().and_then(|Query(q)| q.v) {
+        Some(v) if v == current => "public, max-age=31536000, immutable",
+        _ => "public, max-age=300",
+    };
     (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=300"),
-        ],
-        STYLE,
+        [(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, cache)],
+        text,
     )
         .into_response()
 }
 
-pub async fn script() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=300"),
-        ],
+pub async fn stylesheet(asked: Asked) -> Response {
+    file("text/css; charset=utf-8", STYLE, &STYLE_VERSION, asked)
+}
+
+pub async fn script(asked: Asked) -> Response {
+    file(
+        "text/javascript; charset=utf-8",
         SCRIPT,
+        &SCRIPT_VERSION,
+        asked,
     )
-        .into_response()
 }
 
 /// A state as a coloured badge (its class is the state in lower case).

@@ -1,11 +1,15 @@
 //! The web UI at `/`: server-rendered pages (maud) over the same service operations as the
 //! API, each scoped to the signed-in token's team. No Node build: the CSS and the little
-//! JavaScript that refreshes logs and a running run's DAG are compiled into the binary.
+//! JavaScript that refreshes logs and a running run's DAG and asks before changes are
+//! compiled into the binary and served as files (`/ui/app.css`, `/ui/app.js`), never inline:
+//! every answer's Content-Security-Policy allows no inline script or style
+//! ([`crate::server::headers`]).
 //!
 //! Sign-in: the token is entered once on `/login` and kept in an `HttpOnly`, `SameSite=Strict`
 //! cookie (never in a URL). Every change (cancel, retry, resume, preempt) is a POST form
 //! carrying a CSRF value derived from the token (see [`session::csrf_of`]): a request forged
-//! from another site has neither the cookie nor the value, and is refused with 403. Pages
+//! from another site has neither the cookie nor the value, and is refused with 403 (before
+//! that, by its `Origin`: [`crate::server::origin`], which also guards `/login`). Pages
 //! answer the API's statuses: another team's run is 404 exactly as one that never existed.
 //!
 //! Files: `session` (the cookie, sign-in, the CSRF check), `layout` (the page shell, the
@@ -47,8 +51,8 @@ pub fn routes() -> Router<AppState> {
         .route("/queue", get(pages::queue))
         .route("/schedules", get(pages::schedules))
         .route("/usage", get(pages::usage))
-        .route("/ui/style.css", get(layout::stylesheet))
-        .route("/ui/live.js", get(layout::script))
+        .route("/ui/app.css", get(layout::stylesheet))
+        .route("/ui/app.js", get(layout::script))
 }
 
 /// A page that could not be shown: the service's refusal as an HTML page with its status.

@@ -193,7 +193,7 @@ fn live_part(d: &Detail, session: &Session) -> Markup {
                         td.reason { (s.reason.clone().unwrap_or_default()) }
                         @if may {
                             td { @if s.state == st::RUNNING {
-                                form.inline method="post" action={ "/runs/" (v.id) "/steps/" (crate::client::segment(&s.name)) "/preempt" } data-confirm={ "Preempt " (s.name) "? It resumes from its latest checkpoint." } {
+                                form.inline method="post" action={ "/runs/" (v.id) "/steps/" (crate::client::segment(&s.name)) "/preempt" } data-confirm={ "Preempt step " (s.name) " of run " (v.id) "? It resumes from its latest checkpoint." } {
                                     input type="hidden" name="csrf" value=(session.csrf);
                                     button type="submit" { "Preempt" }
                                 }
@@ -257,9 +257,9 @@ pub async fn page(
         @if let Some(r) = &v.reason { p.reason { (r) } }
         @if may {
             div.actions {
-                @if running { (action(&session, &v.id, "cancel", "Cancel", "Cancel this run? Its steps are stopped.")) }
-                @if !running { (action(&session, &v.id, "retry", "Retry", "Run again what failed or was cancelled?")) }
-                @if running && dead { (action(&session, &v.id, "resume", "Resume", "Resume this run from its latest checkpoints?")) }
+                @if running { (action(&session, &v.id, "cancel", "Cancel", "? Its running steps are stopped.")) }
+                @if !running { (action(&session, &v.id, "retry", "Retry", "? What failed or was cancelled runs again.")) }
+                @if running && dead { (action(&session, &v.id, "resume", "Resume", "? It carries on from its latest checkpoints.")) }
             }
         }
         @if running {
@@ -274,9 +274,11 @@ pub async fn page(
     ))
 }
 
-fn action(session: &Session, run: &str, what: &str, label: &str, confirm: &str) -> Markup {
+/// A change's button, in a form that the script asks about first (`data-confirm`: "Retry
+/// run ID? ..."); without the script, the form is sent as it is.
+fn action(session: &Session, run: &str, what: &str, label: &str, then: &str) -> Markup {
     html! {
-        form.inline method="post" action={ "/runs/" (run) "/" (what) } data-confirm=(confirm) {
+        form.inline method="post" action={ "/runs/" (run) "/" (what) } data-confirm={ (label) " run " (run) (then) } {
             input type="hidden" name="csrf" value=(session.csrf);
             button class=[(what == "cancel").then_some("danger")] type="submit" name="do" value=(what) { (label) }
         }

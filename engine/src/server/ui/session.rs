@@ -6,7 +6,7 @@
 use axum::Form;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
@@ -142,12 +142,56 @@ pub struct LoginQuery {
     why: Option<String>,
 }
 
-/// Only a path of this site is gone back to after signing in (not `//other.site`).
+/// The longest `next` gone back to; a longer one is not a page of this site.
+const MAX_NEXT: usize = 2048;
+
+/// Where signing in goes: `next` when it is a path of this site, else the runs. A path of
+/// this site, as every browser reads it: one `/`, then neither `/` nor `\` (`//host` and
+/// `/\host` name another host), and nothing but printable ASCII (no space, no control
+/// character: browsers strip TAB, CR and LF from a URL, which turns `/\t/host` into
+/// `//host`, and CR or LF cannot be sent in a header). What comes out is always a valid
+/// `Location`.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n) if is_local_path(n) => n.to_owned(),
         _ => "/runs".to_owned(),
     }
+}
+
+fn is_local_path(n: &str) -> bool {
+    let b = n.as_bytes();
+    b.len() <= MAX_NEXT
+        && b.first() == Some(&b'/')
+        && !matches!(b.get(1), Some(b'/' | b'\\'))
+        && b.iter().all(|c| c.is_ascii_graphic() && *c != b'\\')
+}
+
+/// Whether `token` can be a cookie's value as it is (RFC 6265's cookie-octets: no space,
+/// quote, comma, semicolon or backslash): a token that cannot is no sluice token.
+fn cookie_safe(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .bytes()
+            .all(|c| c.is_ascii_graphic() && !matches!(c, b'"' | b',' | b';' | b'\\'))
+}
+
+/// The answer to a sign-in that worked: the cookie and the way back, both or neither.
+fn signed_in(token: &str, next: &str) -> Option<Response> {
+    if !cookie_safe(token) {
+        return None;
+    }
+    let location = HeaderValue::from_str(next).ok()?;
+    let cookie = HeaderValue::from_str(&format!(
+        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+    ))
+    .ok()?;
+    Some(
+        (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, location), (header::SET_COOKIE, cookie)],
+        )
+            .into_response(),
+    )
 }
 
 fn login_form(next: &str, error: Option<&str>) -> maud::Markup {
@@ -189,21 +233,13 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
     let token = form.token.trim();
     let next = safe_next(form.next.as_deref());
     match state.service.authenticate(token).await {
-        Ok(_) => {
-            let mut response = Redirect::to(&next).into_response();
-            // Cookie values may not hold spaces, commas or semicolons; tokens never do.
-            let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
-            match cookie.parse() {
-                Ok(v) => {
-                    response.headers_mut().insert(header::SET_COOKIE, v);
-                    response
-                }
-                Err(_) => layout::html_response(
-                    StatusCode::UNAUTHORIZED,
-                    login_form(&next, Some("that is not a sluice token")),
-                ),
-            }
-        }
+        // Only the success redirect sets the cookie.
+        Ok(_) => signed_in(token, &next).unwrap_or_else(|| {
+            layout::html_response(
+                StatusCode::UNAUTHORIZED,
+                login_form(&next, Some("that is not a sluice token")),
+            )
+        }),
         Err(crate::service::Error::Unauthenticated(why)) => {
             layout::html_response(StatusCode::UNAUTHORIZED, login_form(&next, Some(&why)))
         }
@@ -259,6 +295,43 @@ mod tests {
         assert_eq!(safe_next(Some("//evil.example/x")), "/runs");
         assert_eq!(safe_next(Some("https://evil.example")), "/runs");
         assert_eq!(safe_next(None), "/runs");
+        for bad in [
+            "/\t/evil.example",
+            "/\r/x",
+            "/\n/x",
+            "/\\evil.example",
+            "/\\/evil.example",
+            "/x\\y",
+            "/ x",
+            "/\u{7f}",
+            "/caf\u{e9}",
+            "",
+            "runs",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/runs", "{bad:?}");
+        }
+        assert_eq!(
+            safe_next(Some(&format!("/{}", "a".repeat(MAX_NEXT)))),
+            "/runs"
+        );
+        assert_eq!(
+            safe_next(Some("/runs?state=Failed&x=%2F")),
+            "/runs?state=Failed&x=%2F"
+        );
+    }
+
+    /// Whatever `next` and the token are, a sign-in that worked answers the redirect with
+    /// the cookie, or neither: never a 500, never a panic.
+    #[test]
+    fn a_sign_in_answers_a_redirect_with_its_cookie_or_nothing() {
+        for next in ["/\r/x", "/\n/x", "/\u{0}", "/ok"] {
+            let r = signed_in("abc", &safe_next(Some(next))).expect("a redirect");
+            assert_eq!(r.status(), StatusCode::SEE_OTHER);
+            assert!(r.headers().contains_key(header::SET_COOKIE));
+        }
+        for token in ["a b", "a;Domain=x", "a\r\nX: y", "caf\u{e9}", ""] {
+            assert!(signed_in(token, "/runs").is_none(), "{token:?}");
+        }
     }
 
     #[test]

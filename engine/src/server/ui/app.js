@@ -1,6 +1,17 @@
-// sluice web UI: the little JavaScript it has. Pages work without it; with it, a running
-// step's log grows as it is written and a running run's graph and steps refresh.
+// sluice web UI: the little JavaScript it has, served as a file (the pages' policy allows no
+// inline script). Pages work without it; with it, a running step's log grows as it is
+// written, a running run's graph and steps refresh, and the changes ask first.
 "use strict";
+
+// <form data-confirm="Retry run ID? ...">: asks before the change is sent; dismissed, the
+// form is not sent. Listened for on the document, so that the forms of a part the page
+// refreshes (a running run's Preempt buttons) ask too.
+document.addEventListener("submit", (ev) => {
+  const f = ev.target;
+  if (f instanceof HTMLFormElement && f.dataset.confirm && !confirm(f.dataset.confirm)) {
+    ev.preventDefault();
+  }
+});
 
 // <pre data-live-log="/runs/ID/steps/S/log.txt" data-from="N">: appends what the step
 // writes, until the server says the step has ended.
@@ -50,9 +61,4 @@ function followRun(div) {
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("pre[data-live-log]").forEach(followLog);
   document.querySelectorAll("[data-live]").forEach(followRun);
-  document.querySelectorAll("form[data-confirm]").forEach((f) => {
-    f.addEventListener("submit", (ev) => {
-      if (!confirm(f.dataset.confirm)) ev.preventDefault();
-    });
-  });
 });
