@@ -31,6 +31,14 @@ pub struct Args {
     /// Repeatable. Other sites' POST, PUT, PATCH and DELETE requests are refused (403).
     #[arg(long = "allowed-origin", value_name = "URL")]
     pub allowed_origins: Vec<crate::server::origin::Origin>,
+    /// Open connections at most (log streams that follow a run included); past it, new ones
+    /// wait for one to close. Lowered to what the process's open-file limit allows.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_connections: usize,
+    /// How long a client has to send a request's head (its line and headers) before the
+    /// connection is closed: half-open requests do not pile up.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::spec::units::parse_duration)]
+    pub header_timeout: std::time::Duration,
 }
 
 /// Runs the server on its own multi-threaded runtime (every run is driven by a task).
@@ -68,6 +76,10 @@ async fn serve(home: &Home, args: &Args) -> Result<Outcome, Error> {
         objects: args.objects.clone(),
         rate: args.rate,
         allowed_origins: args.allowed_origins.clone(),
+        limits: crate::server::listen::Limits {
+            max_connections: args.max_connections.max(1),
+            header_timeout: args.header_timeout,
+        },
     };
     let server = crate::server::Server::bind(config, store, crate::clock::system())
         .await

@@ -10,6 +10,7 @@ pub mod api;
 pub mod drivers;
 pub mod headers;
 pub mod leader;
+pub mod listen;
 pub mod metrics;
 pub mod origin;
 pub mod ticks;
@@ -37,6 +38,8 @@ pub struct Config {
     pub objects: Option<String>,
     /// Requests a token may make per second (a burst of as many is allowed).
     pub rate: u32,
+    /// Open connections and the time to send a request's head.
+    pub limits: listen::Limits,
     /// Origins besides the server's own (`Host`) whose pages may send changes: the address
     /// browsers use when a proxy in front rewrites `Host` (see [`origin`]).
     pub allowed_origins: Vec<origin::Origin>,
@@ -101,7 +104,7 @@ impl Server {
     /// Serves until `stop` turns true: then stops accepting requests, finishes those under
     /// way, and stops driving runs, leaving their steps running for the next server to
     /// adopt (as a detached engine does).
-    pub async fn serve(self, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
+    pub async fn serve(self, stop: watch::Receiver<bool>) -> Result<(), Error> {
         // The election and the engine: the engine drives runs while the election says this
         // server leads.
         let (lead_tx, lead_rx) = watch::channel(None);
@@ -131,15 +134,7 @@ impl Server {
             stop.clone(),
         );
         let app = api::router(state);
-        let shutdown = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        let served = axum::serve(
-            self.listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await;
+        let served = listen::serve(self.listener, app, self.config.limits.fitted(), stop).await;
         if let Err(e) = engine.await {
             tracing::warn!("the engine's loop ended badly: {e}");
         }

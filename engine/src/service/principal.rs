@@ -1,8 +1,10 @@
 //! Who asks: a team and a role, as the server's tokens carry them (`spec/server.md`):
 //! a `viewer` reads its team's runs, a `member` also changes them (submit, cancel, retry,
-//! resume, preempt), an `admin` does everything for every team. Another team's run does not
-//! exist for a principal that may not see it: the answer is "not found", as for an id that
-//! was never used, so that ids of other teams' runs cannot be probed.
+//! resume, preempt), an `admin` also manages tokens and reads the audit record. An admin of
+//! team `*` does so for every team; an admin of one team for that team only, exactly as its
+//! members see it (its runs, its tokens, its part of the audit record). Another team's run
+//! does not exist for a principal that may not see it: the answer is "not found", as for an
+//! id that was never used, so that ids of other teams' runs cannot be probed.
 //!
 //! The embedded CLI acts as [`Principal::local`]: whoever can open the home owns it.
 
@@ -59,18 +61,32 @@ impl Principal {
         }
     }
 
-    /// The team a run submitted by this principal belongs to, when that is the principal's
-    /// and not the file's: every principal but an admin, and one bound to a team.
+    /// The team this principal acts for, when it is one team (every role; only an admin of
+    /// every team, and the embedded CLI, have none): runs it submits are that team's, and it
+    /// sees that team's only.
     pub fn bound_team(&self) -> Option<&str> {
-        match self.role {
-            Role::Admin => None,
-            Role::Viewer | Role::Member => self.team.as_deref(),
-        }
+        self.team.as_deref()
     }
 
     /// Whether runs of `team` exist for this principal.
     pub fn sees(&self, team: &str) -> bool {
-        self.role == Role::Admin || self.team.as_deref().is_none_or(|t| t == team)
+        self.team.as_deref().is_none_or(|t| t == team)
+    }
+
+    /// `Forbidden` unless it is an admin of `team` (or of every team); `what` says what was
+    /// refused.
+    pub(crate) fn check_admin_of(&self, team: &str, what: &str) -> Result<(), Error> {
+        if self.role != Role::Admin {
+            return Err(Error::Forbidden(format!(
+                "{self} cannot {what}: only an admin manages tokens"
+            )));
+        }
+        if !self.sees(team) {
+            return Err(Error::Forbidden(format!(
+                "{self} cannot {what}: an admin of one team manages that team's tokens only"
+            )));
+        }
+        Ok(())
     }
 
     /// Whether it may change runs of `team` (submit, cancel, retry, resume, preempt).
@@ -109,25 +125,53 @@ mod tests {
     fn roles_read_and_change_as_the_server_contract_says() {
         let viewer = Principal::new("vision", Role::Viewer);
         let member = Principal::new("vision", Role::Member);
-        let admin = Principal::new("ops", Role::Admin);
+        let team_admin = Principal::new("ops", Role::Admin);
+        let every = Principal {
+            team: None,
+            role: Role::Admin,
+        };
         let local = Principal::local();
 
         assert!(viewer.sees("vision") && !viewer.may_change("vision"));
         assert!(member.sees("vision") && member.may_change("vision"));
         assert!(!member.sees("nlp") && !member.may_change("nlp"));
         assert!(!viewer.sees("nlp"));
-        for p in [&admin, &local] {
+        // An admin of one team is that team's: another's runs do not exist for it.
+        assert!(team_admin.sees("ops") && team_admin.may_change("ops"));
+        assert!(!team_admin.sees("nlp") && !team_admin.may_change("nlp"));
+        for p in [&every, &local] {
             assert!(p.sees("nlp") && p.may_change("nlp"), "{p}");
         }
     }
 
     #[test]
-    fn only_team_bound_principals_give_runs_their_team() {
+    fn admins_manage_the_tokens_of_the_teams_they_see() {
+        let team_admin = Principal::new("ops", Role::Admin);
+        assert!(team_admin.check_admin_of("ops", "create tokens").is_ok());
+        let e = team_admin
+            .check_admin_of("nlp", "create tokens")
+            .expect_err("another team's");
+        assert_eq!(e.status_code(), 403);
+        assert!(
+            team_admin
+                .check_admin_of(crate::service::tokens::EVERY_TEAM, "create tokens")
+                .is_err()
+        );
+        assert!(
+            Principal::new("ops", Role::Member)
+                .check_admin_of("ops", "create tokens")
+                .is_err()
+        );
+        assert!(Principal::local().check_admin_of("nlp", "x").is_ok());
+    }
+
+    #[test]
+    fn only_principals_of_every_team_leave_runs_their_file_s_team() {
         assert_eq!(
             Principal::new("vision", Role::Member).bound_team(),
             Some("vision")
         );
-        assert_eq!(Principal::new("ops", Role::Admin).bound_team(), None);
+        assert_eq!(Principal::new("ops", Role::Admin).bound_team(), Some("ops"));
         assert_eq!(Principal::local().bound_team(), None);
     }
 

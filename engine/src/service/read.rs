@@ -134,6 +134,9 @@ impl Service {
         } else {
             filter.limit
         };
+        if let Some(problem) = filter.team.as_deref().and_then(super::tokens::team_problem) {
+            return Err(Error::invalid(problem));
+        }
         let own = who.bound_team();
         let team = match (filter.team.as_deref(), own) {
             (Some(asked), Some(own)) if asked != own => {

@@ -52,15 +52,25 @@ pub fn hash(token: &str) -> String {
         .collect()
 }
 
+/// What is wrong with `team` as a token's team: the naming rule of teams everywhere, or `*`.
+pub fn team_problem(team: &str) -> Option<String> {
+    if team == EVERY_TEAM {
+        return None;
+    }
+    crate::spec::name_problem(team).map(|problem| {
+        format!(
+            "'{team}' is not a team name: {problem} (team names use lowercase letters, digits and '-', start with a letter and have at most 63 characters; '*' is every team)"
+        )
+    })
+}
+
 impl Service {
-    /// Only an admin manages tokens.
+    /// Only an admin manages tokens: of every team, or of its own.
     fn check_admin(who: &Principal, what: &str) -> Result<(), Error> {
-        if who.role == Role::Admin {
-            return Ok(());
+        match &who.team {
+            None => who.check_admin_of(EVERY_TEAM, what),
+            Some(own) => who.check_admin_of(own, what),
         }
-        Err(Error::Forbidden(format!(
-            "{who} cannot {what}: only an admin manages tokens"
-        )))
     }
 
     async fn record(&self, who: &str, team: &str, action: &str, target: &str) -> Result<(), Error> {
@@ -91,10 +101,14 @@ impl Service {
         Ok(())
     }
 
-    /// The audit record, oldest first: admins only.
+    /// The audit record, oldest first: admins only, an admin of one team its team's part.
     pub async fn audit_record(&self, who: &Principal) -> Result<Vec<AuditRow>, Error> {
         Self::check_admin(who, "read the audit record")?;
-        Ok(self.store.audit_record().await?)
+        let mut rows = self.store.audit_record().await?;
+        if let Some(own) = who.bound_team() {
+            rows.retain(|r| r.team == own);
+        }
+        Ok(rows)
     }
 
     /// A new token for `team` (`*`: every team, for an admin) with `role`, lasting `expires`
@@ -108,7 +122,10 @@ impl Service {
         name: Option<String>,
         expires: Option<Duration>,
     ) -> Result<Created, Error> {
-        Self::check_admin(who, "create tokens")?;
+        if let Some(problem) = team_problem(team) {
+            return Err(Error::invalid(problem));
+        }
+        who.check_admin_of(team, "create tokens")?;
         if team == EVERY_TEAM && role != Role::Admin {
             return Err(Error::invalid(format!(
                 "a {} token belongs to one team, not '*' (only an admin acts for every team)",
@@ -153,6 +170,15 @@ impl Service {
         team: Option<&str>,
     ) -> Result<Vec<TokenRow>, Error> {
         Self::check_admin(who, "list tokens")?;
+        let team = match (who.bound_team(), team) {
+            (Some(own), Some(asked)) if asked != own => {
+                return Err(Error::Forbidden(format!(
+                    "{who} cannot list team {asked}'s tokens: an admin of one team manages that team's tokens only"
+                )));
+            }
+            (Some(own), _) => Some(own),
+            (None, asked) => asked,
+        };
         Ok(self.store.tokens(team).await?)
     }
 
@@ -164,6 +190,17 @@ impl Service {
         id: &str,
     ) -> Result<TokenRow, Error> {
         Self::check_admin(who, "revoke tokens")?;
+        // Another team's token does not exist for an admin of one team, as an unused id.
+        if let Some(own) = who.bound_team()
+            && !self
+                .store
+                .tokens(Some(own))
+                .await?
+                .iter()
+                .any(|t| t.id == id)
+        {
+            return Err(Error::NotFound(format!("no token '{id}'")));
+        }
         let now = self.clock.now_rfc3339();
         let Some(mut row) = self.store.revoke_token(id, &now).await? else {
             return Err(Error::NotFound(format!("no token '{id}'")));
@@ -208,6 +245,14 @@ impl Service {
                 format!("token {}, column role: '{}' is no role", row.id, row.role),
             ))));
         };
+        // A token made before teams' names were checked may name no team: it reaches
+        // nothing (its team would end up in paths, labels and pages).
+        if team_problem(&row.team).is_some() {
+            return Err(Error::Unauthenticated(format!(
+                "the token {} belongs to '{}', which is not a team name: make a new token",
+                row.id, row.team
+            )));
+        }
         let team = (row.team != EVERY_TEAM).then(|| row.team.clone());
         Ok(Authenticated {
             principal: Principal { team, role },

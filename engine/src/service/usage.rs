@@ -178,9 +178,14 @@ impl Service {
         } else {
             query.by.clone()
         };
+        if let Some(problem) = query.team.as_deref().and_then(super::tokens::team_problem) {
+            return Err(Error::invalid(problem));
+        }
         let team = match (query.team.as_deref(), who.bound_team()) {
             (Some(asked), Some(own)) if asked != own => {
-                return Ok(vec![Usage::default(); parts.len()]);
+                return Err(Error::Forbidden(format!(
+                    "{who} sees its own team's usage only: ask for --team {own}, or none"
+                )));
             }
             (asked, own) => asked.or(own),
         };

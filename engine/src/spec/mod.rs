@@ -25,6 +25,7 @@ pub mod yaml;
 use std::collections::BTreeMap;
 
 use decode::Cx;
+pub use decode::name_problem;
 pub use diagnostic::{Diagnostic, Diagnostics, Pos, Severity};
 use model::{Document, Metadata, Pending};
 use yaml::{Node, Source, Typed};

@@ -32,6 +32,59 @@ pub fn over_rate(state: &AppState, id: &str) -> Option<u64> {
     )
 }
 
+/// The token of an `Authorization` value: the scheme `Bearer` in any case (RFC 9110 makes
+/// schemes case-insensitive), then the token.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The address a request came from, as the accept loop recorded it.
+pub fn client_address(parts: &Parts) -> Option<std::net::IpAddr> {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// The address a request came from, as an extractor (None when the accept loop recorded
+/// none, as in tests that call the router directly).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddress(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddress(client_address(parts)))
+    }
+}
+
+/// Who `token` is, counting a failure against the address it came from; an address past its
+/// failures is refused (429) before the store is asked.
+pub async fn authenticate(
+    state: &AppState,
+    token: &str,
+    from: Option<std::net::IpAddr>,
+) -> Result<crate::service::tokens::Authenticated, ApiError> {
+    let now = std::time::Instant::now();
+    if let Some(address) = from
+        && let Some(secs) = state.failures.blocked(address, now)
+    {
+        return Err(ApiError::TooManyFailures(secs));
+    }
+    match state.service.authenticate(token).await {
+        Err(e @ Error::Unauthenticated(_)) => {
+            if let Some(address) = from {
+                state.failures.failed(address, now);
+            }
+            Err(e.into())
+        }
+        other => Ok(other?),
+    }
+}
+
 /// The caller of a request, from its token.
 #[derive(Clone, Debug)]
 pub struct Caller {
@@ -60,16 +113,10 @@ impl FromRequestParts<AppState> for Caller {
             )
             .into());
         };
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Error::Unauthenticated("the Authorization header is not `Bearer TOKEN`".into())
-            })?;
-        let who = state.service.authenticate(token).await?;
+        let token = value.to_str().ok().and_then(bearer).ok_or_else(|| {
+            Error::Unauthenticated("the Authorization header is not `Bearer TOKEN`".into())
+        })?;
+        let who = authenticate(state, token, client_address(parts)).await?;
         if let Some(secs) = over_rate(state, &who.id) {
             return Err(ApiError::RateLimited(secs));
         }
@@ -77,5 +124,20 @@ impl FromRequestParts<AppState> for Caller {
             principal: who.principal,
             id: who.id,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer;
+
+    #[test]
+    fn the_scheme_is_read_in_any_case() {
+        for v in ["Bearer abc", "bearer abc", "BEARER  abc ", "Bearer\tabc"] {
+            assert_eq!(bearer(v), Some("abc"), "{v:?}");
+        }
+        for v in ["Basic abc", "Bearer", "Bearer   ", "abc", "Bearerabc"] {
+            assert_eq!(bearer(v), None, "{v:?}");
+        }
     }
 }

@@ -20,6 +20,11 @@ pub enum ApiError {
     BadRequest(String),
     /// The token made too many requests: try again in this many seconds (429).
     RateLimited(u64),
+    /// The request's body is larger than the server reads (413).
+    TooLarge(String),
+    /// The client's address failed to authenticate too often: try again in this many
+    /// seconds (429).
+    TooManyFailures(u64),
 }
 
 impl From<Error> for ApiError {
@@ -30,8 +35,19 @@ impl From<Error> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return too_large();
+        }
         ApiError::BadRequest(format!("the request body is not valid: {}", r.body_text()))
     }
+}
+
+/// A body past [`super::BODY_LIMIT`], said as it was declared or as it was read.
+pub fn too_large() -> ApiError {
+    ApiError::TooLarge(format!(
+        "the request body is larger than the {} MiB the server reads",
+        super::BODY_LIMIT / (1024 * 1024)
+    ))
 }
 
 impl From<QueryRejection> for ApiError {
@@ -76,7 +92,8 @@ impl ApiError {
         match self {
             ApiError::Service(e) => e.status_code(),
             ApiError::BadRequest(_) => 400,
-            ApiError::RateLimited(_) => 429,
+            ApiError::RateLimited(_) | ApiError::TooManyFailures(_) => 429,
+            ApiError::TooLarge(_) => 413,
         }
     }
 
@@ -88,9 +105,12 @@ impl ApiError {
     fn message(&self) -> String {
         match self {
             ApiError::Service(e) => e.to_string(),
-            ApiError::BadRequest(m) => m.clone(),
+            ApiError::BadRequest(m) | ApiError::TooLarge(m) => m.clone(),
             ApiError::RateLimited(s) => {
                 format!("too many requests with this token: try again in {s} s")
+            }
+            ApiError::TooManyFailures(s) => {
+                format!("too many failed authentications from this address: try again in {s} s")
             }
         }
     }
@@ -130,7 +150,8 @@ impl IntoResponse for ApiError {
                 (kind(e), diagnostics, in_the_way)
             }
             ApiError::BadRequest(_) => ("invalid", none, None),
-            ApiError::RateLimited(_) => ("rate_limited", none, None),
+            ApiError::RateLimited(_) | ApiError::TooManyFailures(_) => ("rate_limited", none, None),
+            ApiError::TooLarge(_) => ("too_large", none, None),
         };
         if status >= 500 {
             tracing::warn!("answering {status}: {}", self.message());
@@ -147,7 +168,7 @@ impl IntoResponse for ApiError {
         };
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, axum::Json(body)).into_response();
-        if let ApiError::RateLimited(seconds) = self
+        if let ApiError::RateLimited(seconds) | ApiError::TooManyFailures(seconds) = self
             && let Ok(v) = HeaderValue::from_str(&seconds.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, v);

@@ -9,6 +9,7 @@
 
 mod auth;
 mod error;
+pub mod failures;
 mod runs;
 mod schedules;
 pub mod system;
@@ -22,13 +23,13 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use auth::{Caller, over_rate};
+pub use auth::{Caller, ClientAddress, authenticate, client_address, over_rate};
 pub use error::ApiError;
 pub(crate) use runs::audit;
 pub use tokens::{parse_expiry, parse_role};
@@ -38,7 +39,8 @@ use super::drivers::Drivers;
 use super::metrics::Metrics;
 use crate::service::Service;
 
-/// The largest request body accepted (a pipeline file with its parameters); larger is 400.
+/// The largest request body accepted (a pipeline file with its parameters); larger is 413,
+/// refused before it is read when its `Content-Length` says so.
 pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 /// How long a request may take before its answer starts (a log that follows a run streams
@@ -56,6 +58,8 @@ pub struct AppState {
     pub readiness: Arc<system::Readiness>,
     /// Turns at validating members' files, off the async workers.
     pub validation: Arc<validate::Validation>,
+    /// Failed authentications by client address.
+    pub failures: Arc<failures::Failures>,
     /// The Cluster file runs submitted here are admitted under.
     pub cluster: Option<std::path::PathBuf>,
     /// The object store runs submitted here use, when not the Cluster's or the home's.
@@ -81,6 +85,7 @@ impl AppState {
             limiter: Arc::new(auth::limiter(config.rate)),
             readiness: Arc::default(),
             validation: Arc::default(),
+            failures: Arc::default(),
             cluster: config.cluster.clone(),
             objects: config.objects.clone(),
             stop,
@@ -147,6 +152,7 @@ pub fn router(state: AppState) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
+        .layer(middleware::from_fn(refuse_declared_oversize))
         .layer(middleware::from_fn_with_state(state.clone(), measure))
         .fallback(error::not_a_route)
         // Outermost, so that another site's change is refused before anything else runs.
@@ -158,17 +164,53 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The method as metrics label it: one of a fixed set, never the client's own word (any
+/// token is a method to HTTP, and each would be a series of its own).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// A request whose `Content-Length` is past [`BODY_LIMIT`] is answered 413 at once, rather
+/// than read (or waited for) up to the limit.
+async fn refuse_declared_oversize(request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        let mut response = error::too_large().into_response();
+        // The body is not read: the connection cannot carry another request.
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
+    next.run(request).await
+}
+
 /// Counts every answer by route template and status, with its latency.
 async fn measure(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let response = next.run(request).await;
     state.metrics.request(
-        &method,
+        method,
         &route,
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),

@@ -598,7 +598,8 @@ async fn change(
         }
         Err(ApiError::Service(e)) => Err(e.into()),
         Err(ApiError::BadRequest(m)) => Err(PageError::new(StatusCode::BAD_REQUEST, m)),
-        Err(ApiError::RateLimited(s)) => Err(PageError::new(
+        Err(ApiError::TooLarge(m)) => Err(PageError::new(StatusCode::PAYLOAD_TOO_LARGE, m)),
+        Err(ApiError::RateLimited(s) | ApiError::TooManyFailures(s)) => Err(PageError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!("try again in {s} s"),
         )),

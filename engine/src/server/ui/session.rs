@@ -13,7 +13,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::layout;
-use crate::server::api::{AppState, Caller};
+use crate::server::api::{ApiError, AppState, Caller};
 use crate::service::{Principal, Role};
 
 /// The cookie holding the token.
@@ -112,12 +112,13 @@ impl FromRequestParts<AppState> for Session {
         let Some(token) = token_of(&parts.headers) else {
             return Err(to_login(parts, None));
         };
-        let who = match state.service.authenticate(&token).await {
+        let from = crate::server::api::client_address(parts);
+        let who = match crate::server::api::authenticate(state, &token, from).await {
             Ok(who) => who,
-            Err(crate::service::Error::Unauthenticated(why)) => {
+            Err(ApiError::Service(crate::service::Error::Unauthenticated(why))) => {
                 return Err(to_login(parts, Some(&why)));
             }
-            Err(e) => return Err(super::PageError::from(e).into_response()),
+            Err(e) => return Err(page_of(e).into_response()),
         };
         if let Some(secs) = crate::server::api::over_rate(state, &who.id) {
             return Err(super::PageError::new(
@@ -229,10 +230,14 @@ pub struct LoginForm {
 
 /// Checks the token and keeps it in the cookie; a token that does not work is said on the
 /// form again (401), with the store's reason (unknown, expired, revoked).
-pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+pub async fn login(
+    State(state): State<AppState>,
+    crate::server::api::ClientAddress(from): crate::server::api::ClientAddress,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let token = form.token.trim();
     let next = safe_next(form.next.as_deref());
-    match state.service.authenticate(token).await {
+    match crate::server::api::authenticate(&state, token, from).await {
         // Only the success redirect sets the cookie.
         Ok(_) => signed_in(token, &next).unwrap_or_else(|| {
             layout::html_response(
@@ -240,10 +245,25 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
                 login_form(&next, Some("that is not a sluice token")),
             )
         }),
-        Err(crate::service::Error::Unauthenticated(why)) => {
+        Err(ApiError::Service(crate::service::Error::Unauthenticated(why))) => {
             layout::html_response(StatusCode::UNAUTHORIZED, login_form(&next, Some(&why)))
         }
-        Err(e) => super::PageError::from(e).into_response(),
+        Err(e) => page_of(e).into_response(),
+    }
+}
+
+/// An authentication's refusal as a page: the store's error, or too many failures (429).
+fn page_of(e: ApiError) -> super::PageError {
+    match e {
+        ApiError::Service(e) => super::PageError::from(e),
+        ApiError::TooManyFailures(secs) => super::PageError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("too many failed sign-ins from this address: try again in {secs} s"),
+        ),
+        other => super::PageError::new(
+            StatusCode::from_u16(other.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "this request cannot be answered",
+        ),
     }
 }
 
