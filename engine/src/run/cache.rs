@@ -114,7 +114,7 @@ pub async fn key(
             .await?;
     }
     if let Some(cache) = &step.cache {
-        for f in &cache.files {
+        for (f, _) in &cache.files {
             h.update(b"cache-file\0");
             h.update(f.as_bytes());
             hash_path(&mut h, &workdir.join(f))?;
