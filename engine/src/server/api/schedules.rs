@@ -20,7 +20,8 @@ pub struct ApplyFile {
     path: String,
     /// Its YAML text.
     text: String,
-    /// The folder its steps run in by default (used when it exists on the server's machine).
+    /// The folder its steps run in by default (used when it exists on the server's machine;
+    /// not read on Kubernetes, where steps run in their containers).
     #[serde(default)]
     workdir: Option<String>,
 }
@@ -84,6 +85,7 @@ pub async fn apply(
             &files,
             body.prune,
             body.dry_run,
+            state.cluster.as_deref(),
         )
         .await
         .map_err(ApiError::from);
