@@ -6,6 +6,7 @@
 
 mod kubernetes {
     mod extended;
+    mod host_paths;
     mod kueue;
     pub mod setup;
 }

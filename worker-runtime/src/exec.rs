@@ -616,7 +616,11 @@ fn run(
             let key = format!("{}/{name}", launch.outputs_key);
             let stored = match &objects {
                 // Taken, not copied: renamed into a folder store on this filesystem.
-                Some(objects) => match stores.block_on(objects.take_path(&from, &key)) {
+                Some(objects) => match stores.block_on(objects.take_path(
+                    &from,
+                    &key,
+                    stores.links(&launch.output_dir),
+                )) {
                     Ok(r) => r.map(|_| ()).map_err(|e| e.to_string()),
                     Err(e) => Err(e),
                 },

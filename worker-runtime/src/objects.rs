@@ -37,6 +37,9 @@ pub enum Error {
     },
     #[error("object store {url}: nothing stored at '{key}'")]
     Missing { url: String, key: String },
+    /// A file that may not be kept from there ([`Links::Within`]).
+    #[error("{} {why}", path.display())]
+    Refused { path: PathBuf, why: String },
     #[error("cannot {op} {}: {source}", path.display())]
     Local {
         op: &'static str,
@@ -68,6 +71,19 @@ impl std::ops::AddAssign for Usage {
         self.files += other.files;
         self.bytes += other.bytes;
     }
+}
+
+/// Where the symbolic links of what is kept ([`Objects::take_path`]) may lead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Links<'a> {
+    /// Anywhere: their targets are read (the local executor, on the user's own machine,
+    /// where the program could read them itself).
+    Followed,
+    /// Inside this folder only (a pod's `$SLUICE_OUTPUT_DIR`): a link leading out of it, a
+    /// file that is not a regular file or a folder, or a file found outside it once opened
+    /// (a folder swapped for a link meanwhile) refuses the whole output, and nothing outside
+    /// is read or kept. Links inside it are kept as copies of their targets.
+    Within(&'a Path),
 }
 
 /// The default store of a home: `file://HOME/objects`.
@@ -202,8 +218,17 @@ impl Objects {
     /// (copied) and left where it is: a file on another filesystem, a symbolic link (its
     /// target is not ours to move, nor what is under it), a file with other hard links (the
     /// stored artifact must not share its bytes with a file outside the store). A bucket is
-    /// always uploaded to. Returns how many objects were written.
-    pub async fn take_path(&self, local: &Path, key: &str) -> Result<usize, Error> {
+    /// always uploaded to. `links` says where links may lead. Returns how many objects were
+    /// written.
+    pub async fn take_path(
+        &self,
+        local: &Path,
+        key: &str,
+        links: Links<'_>,
+    ) -> Result<usize, Error> {
+        if let Links::Within(root) = links {
+            return self.take_within(local, key, root).await;
+        }
         let Some(fs) = self.local.clone() else {
             return self.put_path(local, key).await;
         };
@@ -253,6 +278,69 @@ impl Objects {
         Ok(written)
     }
 
+    /// [`Self::take_path`] with [`Links::Within`] `root`: every file is found first (links
+    /// resolved and checked), then each is copied, checked again once opened. A refused
+    /// output is not kept at all (what was kept of it before the refusal is deleted).
+    async fn take_within(&self, local: &Path, key: &str, root: &Path) -> Result<usize, Error> {
+        let root = std::fs::canonicalize(root).map_err(|source| Error::Local {
+            op: "resolve",
+            path: root.to_owned(),
+            source,
+        })?;
+        let mut found = Vec::new();
+        find_within(local, String::new(), &root, &mut Vec::new(), &mut found)?;
+        let mut written = 0;
+        for f in &found {
+            let to = if f.rel.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{key}/{}", f.rel)
+            };
+            if let Err(e) = self.keep_within(f, &to, &root).await {
+                let _ = self.delete_under(key).await;
+                return Err(e);
+            }
+            written += 1;
+        }
+        Ok(written)
+    }
+
+    /// One file of [`Self::take_within`], always copied (a rename would follow a folder
+    /// swapped for a link meanwhile): opened without following a last link, without blocking
+    /// on a FIFO, and read only once found to be a regular file under `root`.
+    async fn keep_within(&self, f: &Found, key: &str, root: &Path) -> Result<(), Error> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(&f.open)
+            .map_err(|source| Error::Local {
+                op: "open",
+                path: f.path.clone(),
+                source,
+            })?;
+        let opened = std::fs::read_link(format!("/proc/self/fd/{}", {
+            use std::os::fd::AsRawFd;
+            file.as_raw_fd()
+        }))
+        .map_err(|source| Error::Local {
+            op: "check where it is, once opened,",
+            path: f.path.clone(),
+            source,
+        })?;
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        if !regular || !opened.starts_with(root) {
+            return Err(Error::Refused {
+                path: f.path.clone(),
+                why: format!(
+                    "changed while it was kept (it is no longer a regular file inside {})",
+                    root.display()
+                ),
+            });
+        }
+        self.put_opened(file, &f.path, key).await
+    }
+
     /// One file of [`Self::take_path`]: renamed into the folder store when it may be, else
     /// uploaded.
     async fn take_file(
@@ -281,13 +369,27 @@ impl Objects {
     /// The file is read with plain blocking reads of 8 MiB: the runtime gives object-store
     /// work its own threads, and tokio's file reads would cost a thread hand-off per 2 MiB.
     pub async fn put_file(&self, from: &Path, key: &str) -> Result<(), Error> {
+        let file = std::fs::File::open(from).map_err(|source| Error::Local {
+            op: "open",
+            path: from.to_owned(),
+            source,
+        })?;
+        self.put_opened(file, from, key).await
+    }
+
+    /// Uploads the opened `file` (named `from` in messages) as [`Self::put_file`] does.
+    async fn put_opened(
+        &self,
+        mut file: std::fs::File,
+        from: &Path,
+        key: &str,
+    ) -> Result<(), Error> {
         use std::io::Read;
         const CHUNK: usize = 8 << 20;
         let local = |op| {
             let path = from.to_owned();
             move |source| Error::Local { op, path, source }
         };
-        let mut file = std::fs::File::open(from).map_err(local("open"))?;
         let len = file.metadata().map_err(local("read"))?.len();
         if len <= CHUNK as u64 {
             let mut bytes = Vec::with_capacity(len as usize);
@@ -645,6 +747,92 @@ pub fn remove_tree(path: &Path) -> Result<(), Error> {
         }),
         _ => Ok(()),
     }
+}
+
+/// A file to keep under [`Links::Within`]: `path` as found (under the output), `open` the
+/// path to read it from (resolved: a link's target), `rel` its name under the output's key.
+struct Found {
+    path: PathBuf,
+    open: PathBuf,
+    rel: String,
+}
+
+/// Every file of `path` (named `rel` under its output), never leaving `root` (canonical):
+/// links are resolved and must lead inside it; only regular files and folders are taken;
+/// `folders` are the canonical folders being listed above, so that a link back to one of
+/// them is refused rather than followed forever.
+fn find_within(
+    path: &Path,
+    rel: String,
+    root: &Path,
+    folders: &mut Vec<PathBuf>,
+    out: &mut Vec<Found>,
+) -> Result<(), Error> {
+    let local = |op, path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Local { op, path, source }
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(local("read", path))?;
+    let linked = meta.file_type().is_symlink();
+    let real = std::fs::canonicalize(path).map_err(local("resolve", path))?;
+    if !real.starts_with(root) {
+        let why = if linked {
+            let to = std::fs::read_link(path).unwrap_or_else(|_| real.clone());
+            format!(
+                "is a link to {}, outside {}: a pod keeps only files of its own output folder",
+                to.display(),
+                root.display()
+            )
+        } else {
+            format!("is outside {}", root.display())
+        };
+        return Err(Error::Refused {
+            path: path.to_owned(),
+            why,
+        });
+    }
+    let meta = if linked {
+        std::fs::metadata(&real).map_err(local("read", &real))?
+    } else {
+        meta
+    };
+    if meta.is_dir() {
+        if folders.contains(&real) {
+            return Err(Error::Refused {
+                path: path.to_owned(),
+                why: "is a link to a folder that holds it".into(),
+            });
+        }
+        let mut entries: Vec<_> = std::fs::read_dir(&real)
+            .map_err(local("list", path))?
+            .collect::<Result<_, _>>()
+            .map_err(local("list", path))?;
+        entries.sort_by_key(|e| e.file_name());
+        folders.push(real);
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let child = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            find_within(&path.join(e.file_name()), child, root, folders, out)?;
+        }
+        folders.pop();
+        return Ok(());
+    }
+    if !meta.is_file() {
+        return Err(Error::Refused {
+            path: path.to_owned(),
+            why: "is neither a regular file nor a folder".into(),
+        });
+    }
+    out.push(Found {
+        path: path.to_owned(),
+        open: real,
+        rel,
+    });
+    Ok(())
 }
 
 /// Relative paths of every file under `dir` (one empty path when `dir` is a file).

@@ -83,7 +83,8 @@ pub struct Config {
 
 impl Config {
     /// Reads [`ENV_LAUNCH`], [`ENV_KEY`] and [`ENV_DIR`] through `var`. An empty
-    /// `launch.workdir` becomes the current directory (the container's working directory).
+    /// `launch.workdir` becomes the current directory (the container's working directory), a
+    /// relative one a folder under it.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
         let json = var(ENV_LAUNCH).ok_or(Error::Missing {
             var: ENV_LAUNCH,
@@ -106,11 +107,17 @@ impl Config {
         // all but the runtime's own variables (its launch, its key, the object store's
         // credentials).
         launch.inherit = contract::Inherit::AllButRuntime;
-        if launch.workdir.as_os_str().is_empty() {
-            launch.workdir = std::env::current_dir().map_err(|source| Error::Io {
-                context: "cannot read the current directory (for an empty workdir)".into(),
+        if launch.workdir.is_relative() {
+            let here = std::env::current_dir().map_err(|source| Error::Io {
+                context: "cannot read the current directory (for the step's workdir)".into(),
                 source,
             })?;
+            if !launch.workdir.as_os_str().is_empty() {
+                // A folder under the container's working directory (the step's `workdir`).
+                launch.workdir = here.join(&launch.workdir);
+            } else {
+                launch.workdir = here;
+            }
         }
         let key = var(ENV_KEY)
             .map(|k| k.trim_end_matches('/').to_owned())
@@ -181,7 +188,9 @@ pub fn run(config: &Config, term: &AtomicBool) -> Result<(), Error> {
         .map_err(|e| io("cannot encode launch.json".into())(std::io::Error::other(e)))?;
     crate::files::write_atomically(&dir.join(contract::LAUNCH_FILE), &bytes)
         .map_err(io(format!("cannot write launch.json in {}", dir.display())))?;
-    let stores = Arc::new(Stores::new());
+    // What a pod keeps is its own: its outputs, and the links in them, stay inside
+    // $SLUICE_OUTPUT_DIR.
+    let stores = Arc::new(Stores::new().confined());
     let objects = stores
         .objects(&config.launch.objects)
         .map_err(Error::Store)?;
@@ -325,6 +334,14 @@ mod tests {
             Some(c.launch.workdir),
             std::env::current_dir().ok(),
             "an empty workdir is the current directory"
+        );
+        let relative = LAUNCH.replace(r#""workdir":"""#, r#""workdir":"src/app""#);
+        let c = Config::from_vars(vars(&[(ENV_LAUNCH, &relative), (ENV_KEY, "k")]))
+            .expect("a configuration");
+        assert_eq!(
+            Some(c.launch.workdir),
+            std::env::current_dir().ok().map(|d| d.join("src/app")),
+            "a relative workdir is a folder under the current directory"
         );
     }
 

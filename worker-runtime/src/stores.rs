@@ -1,11 +1,13 @@
 //! What attempts share to reach object stores: one async runtime and the stores opened so
 //! far, created at first use. `sluice-runtime exec` makes one for its attempt; `serve` one for
-//! all of its attempts, so that a no-op step pays for neither.
+//! all of its attempts, so that a no-op step pays for neither. A pod's (`sluice-runtime pod`)
+//! are [`Stores::confined`]: what its attempt keeps must be inside the attempt's folders.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use crate::objects::Objects;
+use crate::objects::{Links, Objects};
 
 #[derive(Default)]
 pub struct Stores {
@@ -13,6 +15,8 @@ pub struct Stores {
     open: Mutex<HashMap<String, Objects>>,
     /// One attempt in this process: a current-thread runtime, which starts no thread.
     single: bool,
+    /// Outputs are kept only from inside their folder ([`Links::Within`]).
+    confined: bool,
 }
 
 impl Stores {
@@ -26,6 +30,25 @@ impl Stores {
         Stores {
             single: true,
             ..Self::default()
+        }
+    }
+
+    /// For a pod's attempt: outputs, and the links in them, are kept only from inside
+    /// `$SLUICE_OUTPUT_DIR` ([`Stores::links`]).
+    pub fn confined(self) -> Self {
+        Stores {
+            confined: true,
+            ..self
+        }
+    }
+
+    /// Where the links of an output kept from `root` (the attempt's output folder) may lead:
+    /// anywhere on this machine (the user's own files), or, [`Stores::confined`], inside it.
+    pub fn links<'a>(&self, root: &'a Path) -> Links<'a> {
+        if self.confined {
+            Links::Within(root)
+        } else {
+            Links::Followed
         }
     }
 

@@ -148,6 +148,7 @@ pub async fn apply(home: &Home, args: &ApplyArgs, format: Format) -> Result<Outc
             &files,
             args.prune,
             args.dry_run,
+            None,
         )
         .await?;
     let lines: Vec<(String, String, String)> = lines

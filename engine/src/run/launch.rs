@@ -254,6 +254,11 @@ pub fn build(
     };
     let base = PathBuf::from(&run.workdir);
     let workdir = match &step.workdir {
+        // No folder on this machine (Kubernetes): a folder in the container, never one here.
+        Some(t) if run.workdir.is_empty() => {
+            let w = scope.render(row, t, &mut inputs, &inputs_dir)?;
+            crate::spec::paths::in_container(&w, dir).map_err(Stop::Fail)?
+        }
         Some(t) => base.join(scope.render(row, t, &mut inputs, &inputs_dir)?),
         None => base,
     };

@@ -44,7 +44,9 @@ struct Checked {
 
 impl Service {
     /// Applies `files` for the principal's team (an admin's: the documents' team, one for
-    /// all of them). `by` names the applier in the store.
+    /// all of them). `by` names the applier in the store. `cluster` is the Cluster file their
+    /// runs will have (a server's): on Kubernetes the paths its pipelines name are checked
+    /// as a submission checks them (`spec::paths`).
     pub async fn apply(
         &self,
         who: &Principal,
@@ -52,8 +54,13 @@ impl Service {
         files: &[File],
         prune: bool,
         dry_run: bool,
+        cluster: Option<&std::path::Path>,
     ) -> Result<Vec<Line>, Error> {
         who.check_role("apply documents")?;
+        let on_kubernetes = match cluster {
+            Some(file) => super::submit::runs_on_kubernetes(file)?,
+            None => false,
+        };
         let mut errors: Vec<Diagnostic> = Vec::new();
         let mut checked: Vec<Checked> = Vec::new();
         // Pipelines and sweeps of these files by name: schedules may name them.
@@ -107,6 +114,9 @@ impl Service {
                 }
                 if let Some(p) = pipeline {
                     let mut d = spec::Diagnostics::new(file.path.clone());
+                    if on_kubernetes {
+                        spec::paths::check(&p, &mut d);
+                    }
                     if crate::dag::graph::build(&p, &mut d).is_none() || d.has_errors() {
                         errors.extend(d.into_sorted());
                         continue;

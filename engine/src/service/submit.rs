@@ -256,8 +256,17 @@ fn team_of(who: &Principal, shown: &str, pipeline: &mut Pipeline) -> Result<(), 
     Ok(())
 }
 
+/// Whether the runs of Cluster file `file` run on Kubernetes (`executor: kubernetes`).
+pub(crate) fn runs_on_kubernetes(file: &Path) -> Result<bool, Error> {
+    let shown = file.display().to_string();
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::invalid(format!("cannot read {shown}: {e}")))?;
+    let (_, spec) = spec::cluster::load(&shown, text).map_err(|diags| invalid(&shown, diags))?;
+    Ok(spec.executor == crate::spec::model::ExecutorKind::Kubernetes)
+}
+
 /// Reads and validates a Cluster file, with lint's checks of the pipeline against its pools
-/// and priority classes.
+/// and priority classes (and, on Kubernetes, of the paths it names).
 fn cluster(
     file: &Path,
     pipeline: &Pipeline,
@@ -421,13 +430,20 @@ impl Service {
                 .find(|t| t.name == team)
                 .and_then(|t| t.max_queued)
         });
+        // On Kubernetes steps run in their containers: the run has no folder on this
+        // machine, and whatever folder the request names is not read (`spec::paths`).
+        let workdir = if on_kubernetes {
+            String::new()
+        } else {
+            request.workdir.display().to_string()
+        };
         let run = crate::run::submit::prepare(
             &pipeline,
             &graph,
             values,
             crate::run::Origin {
                 source: &request.text,
-                workdir: &request.workdir.display().to_string(),
+                workdir: &workdir,
                 objects: &objects,
                 document,
                 cluster: cluster

@@ -1,6 +1,7 @@
 //! What a `Cluster` file says about capacity, enough for `sluice lint --cluster` to refuse
 //! steps that can never be placed: a gang larger than any pool, a GPU count no node has, a
-//! flavor no pool offers, a priority class that does not exist.
+//! flavor no pool offers, a priority class that does not exist; and, with `executor:
+//! kubernetes`, paths the engine would resolve on its own machine ([`super::paths`]).
 //!
 //! The full `Cluster` kind (teams, quotas, preemption) is validated by the scheduler's own
 //! decoder; this reads only pools and priorities.
@@ -32,6 +33,8 @@ pub struct Pool {
 pub struct Capacity {
     pub pools: Vec<Pool>,
     pub priorities: Vec<String>,
+    /// `executor: kubernetes`: steps run in containers ([`super::paths::check`]).
+    pub on_kubernetes: bool,
 }
 
 const DEFAULT_PRIORITIES: [&str; 3] = ["production", "default", "best-effort"];
@@ -64,14 +67,15 @@ pub fn read(loaded: &Loaded, diags: &mut Diagnostics) -> Option<Capacity> {
 }
 
 fn read_spec(cx: &mut Cx<'_>, spec: &Node) -> Capacity {
-    let mut cap = Capacity {
-        pools: Vec::new(),
-        priorities: DEFAULT_PRIORITIES.iter().map(|s| (*s).to_owned()).collect(),
-    };
     let on_kubernetes = spec
         .get("executor")
         .and_then(Node::as_scalar)
         .is_some_and(|e| e.text == "kubernetes");
+    let mut cap = Capacity {
+        pools: Vec::new(),
+        priorities: DEFAULT_PRIORITIES.iter().map(|s| (*s).to_owned()).collect(),
+        on_kubernetes,
+    };
     if let Some(pools) = spec.get("pools") {
         match pools.as_seq() {
             Some(items) => {
@@ -163,8 +167,12 @@ fn workers_that_fit(step: &Step, pool: &Pool) -> u64 {
     per_node.saturating_mul(u64::from(pool.nodes))
 }
 
-/// Reports the steps of `p` that no pool can ever hold.
+/// Reports the steps of `p` that no pool can ever hold, and on Kubernetes the paths it names
+/// that the engine would resolve on its own machine.
 pub fn check(p: &Pipeline, cap: &Capacity, source: &Source, diags: &mut Diagnostics) {
+    if cap.on_kubernetes {
+        super::paths::check(p, diags);
+    }
     let cx = Cx {
         src: source,
         d: diags,

@@ -14,6 +14,7 @@ pub mod kubernetes;
 pub mod model;
 pub mod oneline;
 pub mod params;
+pub mod paths;
 mod pipeline;
 mod schedule;
 mod sweep;

@@ -333,6 +333,8 @@ pub struct Step {
     pub action: Action,
     pub needs: Vec<Need>,
     pub workdir: Option<Template>,
+    /// Where `workdir` is written (the step's own, or the defaults').
+    pub workdir_pos: Option<Pos>,
     pub env: BTreeMap<String, Template>,
     pub image: Option<String>,
     pub resources: Resources,
@@ -434,7 +436,8 @@ impl Default for Retry {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Cache {
     pub key: Option<Template>,
-    pub files: Vec<String>,
+    /// Each path with where it is written.
+    pub files: Vec<(String, Pos)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1,5 +1,6 @@
 //! The object store on a local folder: files and folders round-trip, outputs taken by
-//! renaming where they may be, and the URL schemes it refuses.
+//! renaming where they may be (or kept only from inside their folder), and the URL schemes it
+//! refuses.
 
 use super::*;
 
@@ -106,21 +107,21 @@ fn a_folder_store_takes_outputs_by_renaming_what_it_may() {
     runtime().block_on(async {
         assert_eq!(
             objects
-                .take_path(&out.join("blob"), "k/blob")
+                .take_path(&out.join("blob"), "k/blob", Links::Followed)
                 .await
                 .expect("take"),
             1
         );
         assert_eq!(
             objects
-                .take_path(&out.join("model"), "k/model")
+                .take_path(&out.join("model"), "k/model", Links::Followed)
                 .await
                 .expect("take"),
             4
         );
         assert_eq!(
             objects
-                .take_path(&out.join("dir"), "k/dir")
+                .take_path(&out.join("dir"), "k/dir", Links::Followed)
                 .await
                 .expect("take"),
             2
@@ -187,6 +188,100 @@ fn a_folder_store_takes_outputs_by_renaming_what_it_may() {
             Usage::default()
         );
     });
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// With `Links::Within`, what is kept never comes from outside the folder: a link out of it
+/// (to a file, from inside a folder, climbing up), a link to a folder holding it, a FIFO
+/// (never opened, so never waited on) refuse the whole output and keep none of it, for a
+/// folder store and whatever it could rename; links inside are kept as copies.
+#[test]
+fn outputs_kept_within_their_folder_never_read_outside_it() {
+    use std::os::unix::fs::symlink;
+    let tmp = std::env::temp_dir().join(format!("sluice-within-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let out = tmp.join("attempt/out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    std::fs::write(tmp.join("secret"), b"secret").expect("write");
+    let objects = Objects::open(&default_url(&tmp.join("store"))).expect("open");
+    let within = Links::Within(&out);
+    let refused = |name: &str, why: &str| {
+        let e = runtime()
+            .block_on(objects.take_path(&out.join(name), &format!("k/{name}"), within))
+            .expect_err(name);
+        assert!(
+            matches!(&e, Error::Refused { why: w, .. } if w.contains(why)),
+            "{name}: {e}"
+        );
+        assert!(
+            !runtime()
+                .block_on(objects.exists(&format!("k/{name}")))
+                .expect("exists"),
+            "{name}: something was kept"
+        );
+        e.to_string()
+    };
+
+    symlink(tmp.join("secret"), out.join("file")).expect("symlink");
+    let e = refused("file", "is a link to");
+    assert!(
+        e.contains(&format!(
+            "{} is a link to {}, outside {}",
+            out.join("file").display(),
+            tmp.join("secret").display(),
+            std::fs::canonicalize(&out).expect("out").display()
+        )),
+        "{e}"
+    );
+    std::fs::create_dir_all(out.join("folder")).expect("mkdir");
+    std::fs::write(out.join("folder/a"), b"a").expect("write");
+    symlink(tmp.join("secret"), out.join("folder/b")).expect("symlink");
+    refused("folder", "outside");
+    std::fs::create_dir_all(out.join("up")).expect("mkdir");
+    symlink("../..", out.join("up/parent")).expect("symlink");
+    refused("up", "is a link to ../.., outside");
+    std::fs::create_dir_all(out.join("loop")).expect("mkdir");
+    symlink(".", out.join("loop/again")).expect("symlink");
+    refused("loop", "a folder that holds it");
+    nix::unistd::mkfifo(&out.join("fifo"), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    refused("fifo", "neither a regular file nor a folder");
+
+    // Inside: a file, a folder with a link to a file beside it, a link to another output.
+    std::fs::write(out.join("real.bin"), b"real").expect("write");
+    std::fs::create_dir_all(out.join("model")).expect("mkdir");
+    std::fs::write(out.join("model/a.bin"), b"aaa").expect("write");
+    symlink("../real.bin", out.join("model/b.bin")).expect("symlink");
+    symlink("real.bin", out.join("alias")).expect("symlink");
+    runtime().block_on(async {
+        for (name, n) in [("real.bin", 1), ("model", 2), ("alias", 1)] {
+            assert_eq!(
+                objects
+                    .take_path(&out.join(name), &format!("k/{name}"), within)
+                    .await
+                    .expect(name),
+                n,
+                "{name}"
+            );
+        }
+        let mut back = Vec::new();
+        objects
+            .read_into("k/model", &mut |b| back.extend_from_slice(b))
+            .await
+            .expect("read");
+        assert_eq!(back, b"a.bin\0aaa\0b.bin\0real\0");
+        assert_eq!(
+            objects.get_bytes("k/alias").await.expect("read"),
+            Some(b"real".to_vec())
+        );
+    });
+    // Copied, not renamed: a pod's files stay where they are; the stored ones are files.
+    assert!(out.join("model/a.bin").is_file());
+    let stored = tmp.join("store/objects/k/model/b.bin");
+    assert!(
+        std::fs::symlink_metadata(&stored).is_ok_and(|m| m.is_file()),
+        "{}",
+        stored.display()
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }
 

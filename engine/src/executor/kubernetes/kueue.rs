@@ -110,6 +110,7 @@ impl Kube {
         launch: &Launch,
         placement: &Placement,
     ) -> Result<(), Error> {
+        let workdir = super::container_workdir(launch)?;
         if at.workers > 1 {
             let service = manifest::service(&self.team, id, &at.base, &at.namespace)
                 .map_err(|e| Error::Unavailable(format!("cannot write the gang's service: {e}")))?;
@@ -120,7 +121,7 @@ impl Kube {
         mine.gpus.clear();
         mine.gpus_per_worker = 0;
         mine.hide_gpus = false;
-        mine.workdir = std::path::PathBuf::new();
+        mine.workdir = workdir;
         if at.workers > 1 {
             for (k, v) in manifest::gang_env(&at.base, &at.namespace, 0, at.workers) {
                 let v = if matches!(k.as_str(), "RANK" | "PET_NODE_RANK") {

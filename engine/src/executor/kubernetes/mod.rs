@@ -23,7 +23,7 @@ pub mod status;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -147,6 +147,18 @@ async fn pod_of_job(conn: &Connection, at: &Where) -> Option<String> {
         return Some(seen);
     }
     conn.job_pod(&at.base, 0).await
+}
+
+/// The folder a worker runs in, in its container: the launch's, which `run::launch` made a
+/// folder under the container's working directory (empty: that directory itself) or under
+/// the attempt's own folder. Anything else (a path of the engine's machine) is refused, not
+/// sent to the pod.
+pub(super) fn container_workdir(launch: &contract::Launch) -> Result<PathBuf, Error> {
+    crate::spec::paths::in_container(
+        &launch.workdir.to_string_lossy(),
+        Path::new(manifest::ATTEMPT_DIR),
+    )
+    .map_err(Error::Unavailable)
 }
 
 /// An attempt this executor follows.
@@ -374,6 +386,8 @@ impl Executor for Kube {
     ) -> Result<(), Error> {
         let at = Where::parse(handle)
             .ok_or_else(|| Error::Unavailable(format!("not a Kubernetes attempt: {handle}")))?;
+        // Checked before anything is created.
+        let workdir = container_workdir(launch)?;
         if at.job {
             return self.launch_job(id, &at, launch, placement).await;
         }
@@ -398,13 +412,13 @@ impl Executor for Kube {
         self.follow(id, at.clone());
         for worker in 0..at.workers {
             let mut mine = launch.clone();
-            // One worker per pod; the device plugin gives it its GPUs; the image's working
-            // directory.
+            // One worker per pod; the device plugin gives it its GPUs; a folder in the
+            // container.
             mine.workers = 1;
             mine.gpus.clear();
             mine.gpus_per_worker = 0;
             mine.hide_gpus = false;
-            mine.workdir = PathBuf::new();
+            mine.workdir = workdir.clone();
             if at.workers > 1 {
                 mine.env.extend(manifest::gang_env(
                     &at.base,

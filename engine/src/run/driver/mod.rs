@@ -212,7 +212,7 @@ impl Driver<Chosen> {
         schedulers: &Schedulers,
         clock: Arc<dyn Clock>,
     ) -> Result<Result<Driver, Ending>, Error> {
-        let run = store.run(run_id).await?;
+        let mut run = store.run(run_id).await?;
         if run.state != super::state::run::RUNNING {
             return Ok(Err(Ending::Ended(run.state)));
         }
@@ -230,6 +230,10 @@ impl Driver<Chosen> {
         });
         let executor = match kubernetes {
             Some((k, pools)) => {
+                // Steps run in their containers: the run has no folder on this machine, so
+                // nothing of it is resolved here (a run recorded with one before this held
+                // included): see `spec::paths`.
+                run.workdir.clear();
                 let kube = Kube::new(
                     &k,
                     &pools,

@@ -272,7 +272,8 @@ impl<E: Executor> Driver<E> {
         Ok(())
     }
 
-    /// Looks the step up in the cache; a hit whose outputs are gone is a miss.
+    /// Looks the step up in the cache; a hit whose outputs are gone is a miss. True when the
+    /// row ended here: a hit, or a cache the step may not have (it fails, saying why).
     async fn try_cache(&mut self, idx: usize, step: &Step, launch: &Launch) -> Result<bool, Error> {
         let mut sink = Vec::new();
         let key_text = step
@@ -284,8 +285,7 @@ impl<E: Executor> Driver<E> {
                     .render(&self.rows[idx], t, &mut sink, Path::new(""))
                     .ok()
             });
-        // No key (an input is missing, a cache file unreadable): the step runs and says why.
-        let Ok(key) = crate::run::cache::key(
+        let key = match crate::run::cache::key(
             &self.objects,
             step,
             launch,
@@ -293,8 +293,14 @@ impl<E: Executor> Driver<E> {
             Path::new(&self.run.workdir),
         )
         .await
-        else {
-            return Ok(false);
+        {
+            Ok(key) => key,
+            Err(crate::run::cache::NoKey::Refused(why)) => {
+                self.fail_permanently(idx, why);
+                return Ok(true);
+            }
+            // No key (an input is missing, a cache file unreadable): the step runs and says why.
+            Err(_) => return Ok(false),
         };
         self.rows[idx].cache_key = Some(key.clone());
         if let Some(outputs) = self.store.cache_get(&self.run.team, &key).await? {

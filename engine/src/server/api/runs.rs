@@ -136,7 +136,8 @@ pub struct SubmitBody {
     #[serde(default)]
     name: Option<String>,
     /// The folder steps run in by default, when it exists on the server's machine (a server
-    /// on the same machine as the client); else the run's own folder.
+    /// on the same machine as the client); else the run's own folder. Not read on
+    /// Kubernetes, where steps run in their containers.
     #[serde(default)]
     workdir: Option<String>,
 }

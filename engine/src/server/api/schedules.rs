@@ -20,7 +20,8 @@ pub struct ApplyFile {
     path: String,
     /// Its YAML text.
     text: String,
-    /// The folder its steps run in by default (used when it exists on the server's machine).
+    /// The folder its steps run in by default (used when it exists on the server's machine;
+    /// not read on Kubernetes, where steps run in their containers).
     #[serde(default)]
     workdir: Option<String>,
 }
@@ -84,10 +85,20 @@ pub async fn apply(
         caller.id.clone(),
     );
     let (prune, dry_run) = (body.prune, body.dry_run);
+    let cluster = state.cluster.clone();
     let handle = tokio::runtime::Handle::current();
     let result = state
         .validation
-        .run(move || handle.block_on(service.apply(&principal, &by, &files, prune, dry_run)))
+        .run(move || {
+            handle.block_on(service.apply(
+                &principal,
+                &by,
+                &files,
+                prune,
+                dry_run,
+                cluster.as_deref(),
+            ))
+        })
         .await
         .and_then(|r| r.map_err(ApiError::from));
     if !body.dry_run {

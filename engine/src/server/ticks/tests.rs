@@ -50,7 +50,7 @@ async fn setup(tag: &str, schedule: &str, applied_at: &str) -> Setup {
     let service = Service::new(store.clone(), Arc::new(clock.clone()));
     let who = Principal::new("vision", Role::Member);
     service
-        .apply(&who, "test", &files(schedule), false, false)
+        .apply(&who, "test", &files(schedule), false, false, None)
         .await
         .expect("applied");
     let metrics = Arc::new(crate::server::metrics::Metrics::new());
@@ -203,6 +203,7 @@ async fn a_schedule_changed_by_apply_fires_from_its_next_tick_never_at_once() {
             &files("  cron: \"20 * * * *\"\n"),
             false,
             false,
+            None,
         )
         .await
         .expect("applied");

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{OWN_FIELDS, RESOURCE_FIELDS, RETRY_FIELDS, SHARED_FIELDS};
+use crate::spec::Pos;
 use crate::spec::decode::{self, Cx};
 use crate::spec::model::*;
 use crate::spec::template::{Scope, Template};
@@ -15,7 +16,7 @@ use crate::spec::yaml::{Node, Typed, Value};
 /// Step settings before defaults are merged: every field optional.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Settings {
-    pub(super) workdir: Option<Template>,
+    pub(super) workdir: Option<(Template, Pos)>,
     pub(super) env: BTreeMap<String, Template>,
     pub(super) image: Option<String>,
     pub(super) millicpu: Option<u64>,
@@ -105,7 +106,11 @@ pub(super) fn read_shared(
 ) -> bool {
     let f = |name: &str| format!("{prefix}{name}");
     match key {
-        "workdir" => s.workdir = cx.template(v, &f("workdir"), scope).map(|t| t.template),
+        "workdir" => {
+            s.workdir = cx
+                .template(v, &f("workdir"), scope)
+                .map(|t| (t.template, v.pos));
+        }
         "env" => read_env(cx, s, v, &f("env"), scope),
         "image" => s.image = cx.plain_string(v, &f("image")),
         "resources" => read_resources(cx, s, v, &f("resources")),
@@ -344,10 +349,7 @@ fn read_cache(cx: &mut Cx<'_>, v: &Node, field: &str, scope: Scope<'_>) -> Optio
                                 &format!("{field}.files"),
                                 "a list of file paths",
                             )
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(s, _)| s)
-                            .collect();
+                            .unwrap_or_default();
                     }
                     _ => {}
                 }

@@ -206,7 +206,8 @@ pub(super) fn decode_step(
         pos: node.pos,
         action: action.unwrap_or_else(|| Action::Run(Template::default())),
         needs,
-        workdir: s.workdir,
+        workdir_pos: s.workdir.as_ref().map(|(_, pos)| *pos),
+        workdir: s.workdir.map(|(t, _)| t),
         env: s.env,
         image: s.image,
         resources: Resources {
