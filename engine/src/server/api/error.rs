@@ -385,4 +385,32 @@ mod tests {
             );
         }
     }
+
+    /// Every operation documents the refusals any route may answer, each with the error
+    /// shape (408 has no body).
+    #[test]
+    fn every_operation_documents_the_common_refusals() {
+        let (_, doc) = crate::server::api::routes();
+        let doc = serde_json::to_value(&doc).expect("the document serializes");
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("operations") {
+                for status in ["401", "408", "429", "503"] {
+                    assert!(
+                        !op["responses"][status].is_null(),
+                        "{method} {path} does not document {status}"
+                    );
+                }
+                for (status, response) in op["responses"].as_object().expect("responses") {
+                    let refusal = status.starts_with('4') || status.starts_with('5');
+                    if refusal && status != "408" && response["$ref"].is_null() {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/Refusal",
+                            "{method} {path} {status}: the error shape"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
