@@ -7,6 +7,11 @@ pub use sluice_runtime::time::{
     BadTimestamp, format, now_ms, now_rfc3339, parse, parse_ms, parse_rfc3339,
 };
 
+/// The last moment whose written form sorts as the time does: the store compares times as
+/// text, which holds for four-digit years only (year 10000 is written `+10000-...`). A bound
+/// given past it (`--until 9999-12-31`) is taken as this.
+pub const LATEST_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+
 /// Seconds in the two largest units that are not zero, as people read waits: `42s`,
 /// `59m 50s`, `3h 30m`, `2d 4h` (the rest dropped; the JSON keeps exact seconds).
 pub fn human(secs: u64) -> String {

@@ -10,6 +10,7 @@ pub mod http;
 pub mod kube;
 pub mod postgres;
 pub mod s3;
+pub mod schemathesis;
 pub mod server;
 pub mod site;
 pub mod wait;

@@ -479,6 +479,32 @@ fn bad_requests_are_400_with_lints_diagnostics_never_500() {
         server.call("GET", "/api/v1/nothing", Some(&a), None).status,
         404
     );
+    // A NUL character, which PostgreSQL cannot hold (SQLite can): refused as the request's
+    // fault there, never a 5xx on either store.
+    for (method, path, body) in [
+        ("GET", "/api/v1/runs?pipeline=%00", None),
+        ("GET", "/api/v1/runs/a%00b", None),
+        ("GET", "/api/v1/runs/a%00b/logs", None),
+        ("POST", "/api/v1/submit", Some(json!({"name": "x\u{0}y"}))),
+        (
+            "POST",
+            "/api/v1/runs",
+            Some(json!({"source": QUICK, "path": "nul\u{0}.yaml"})),
+        ),
+    ] {
+        let got = server.call(method, path, Some(&a), body.as_ref());
+        let expected: &[u16] = if sb.state.is_some() {
+            &[400]
+        } else {
+            &[200, 201, 404]
+        };
+        assert!(
+            expected.contains(&got.status),
+            "{method} {path} with a NUL: {} {}",
+            got.status,
+            got.text()
+        );
+    }
 }
 
 #[test]

@@ -264,7 +264,16 @@ impl Cluster {
 /// Kubernetes by its pool and name. Names, because the indices of nodes read from a cluster
 /// change as nodes come and go, and every server reading the store must agree on a claim.
 #[derive(
-    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Clone,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
 )]
 #[serde(untagged)]
 pub enum NodeRef {

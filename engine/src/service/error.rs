@@ -113,11 +113,20 @@ impl From<crate::store::Error> for Error {
                 in_the_way: None,
             },
             S::BadUrl(message) => Error::invalid(message),
+            S::Sql(e) if unstorable(&e) => Error::invalid(
+                "the request holds a NUL character, which no name, id or file has (and the state store cannot hold)",
+            ),
             e @ (S::Unavailable(_) | S::Sql(_) | S::Corrupt(_) | S::Fenced(_)) => {
                 Error::Unavailable(Box::new(e))
             }
         }
     }
+}
+
+/// PostgreSQL's refusal of text it cannot hold (SQLSTATE 22021, `character_not_in_repertoire`:
+/// a NUL character, which SQLite takes): the request's fault, not the store's.
+fn unstorable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("22021"))
 }
 
 impl From<crate::run::driver::Error> for Error {

@@ -25,15 +25,20 @@ pub struct Filter {
     pub offset: i64,
 }
 
-/// `--since` as the store writes times: RFC 3339 in UTC, or a date at midnight UTC.
+/// `--since` as the store writes times: RFC 3339 in UTC, or a date at midnight UTC (past
+/// year 9999, the last moment of it: see [`crate::time::LATEST_MS`]).
 fn since(given: &str) -> Result<String, Error> {
+    let written = |at: chrono::DateTime<chrono::Utc>| {
+        let latest = chrono::DateTime::from_timestamp_millis(crate::time::LATEST_MS);
+        crate::time::format(latest.map_or(at, |l| at.min(l)))
+    };
     if let Ok(at) = crate::time::parse(given) {
-        return Ok(crate::time::format(at));
+        return Ok(written(at));
     }
     if let Ok(day) = chrono::NaiveDate::parse_from_str(given, "%Y-%m-%d")
         && let Some(midnight) = day.and_hms_opt(0, 0, 0)
     {
-        return Ok(crate::time::format(midnight.and_utc()));
+        return Ok(written(midnight.and_utc()));
     }
     Err(Error::invalid(format!(
         "--since {given}: give a date (2026-12-01) or an RFC 3339 time (2026-12-01T08:00:00Z)"
@@ -279,4 +284,21 @@ pub(super) fn known_step(id: &str, steps: &[StepRow], step: &str) -> Result<(), 
     Err(Error::NotFound(format!(
         "run {id} has no step '{step}'{hint}"
     )))
+}
+
+#[cfg(test)]
+mod since_tests {
+    /// Past year 9999, `--since` is its last moment: the store compares times as text, and
+    /// `+10000-01-01...` sorts before every time it holds (so every run was listed).
+    #[test]
+    fn a_since_past_year_9999_is_its_last_moment() {
+        assert_eq!(
+            super::since("+10000-01-01").expect("a date"),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            super::since("2026-12-01").expect("a date"),
+            "2026-12-01T00:00:00.000Z"
+        );
+    }
 }

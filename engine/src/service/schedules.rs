@@ -9,7 +9,7 @@ use crate::schedule::cron;
 use crate::store::{AppliedRow, FireRow};
 
 /// One fire, as `status SCHEDULE` lists them.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct FireView {
     pub tick: String,
     pub outcome: String,
@@ -33,7 +33,7 @@ impl From<FireRow> for FireView {
 }
 
 /// A schedule with its last and next fire.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ScheduleView {
     pub name: String,
     pub team: String,

@@ -62,7 +62,7 @@ pub fn parse_by(text: &str) -> Result<Vec<Key>, Error> {
 /// `--since` takes from its first moment and `--until` to its last (the day is included).
 fn bound(flag: &str, given: &str, end_of_day: bool) -> Result<i64, Error> {
     if let Ok(ms) = crate::time::parse_ms(given) {
-        return Ok(ms);
+        return Ok(ms.min(crate::time::LATEST_MS));
     }
     let day = chrono::NaiveDate::parse_from_str(given, "%Y-%m-%d").map_err(|_| {
         Error::invalid(format!(
@@ -76,7 +76,8 @@ fn bound(flag: &str, given: &str, end_of_day: bool) -> Result<i64, Error> {
     };
     Ok(day
         .and_hms_opt(0, 0, 0)
-        .map_or(0, |t| t.and_utc().timestamp_millis()))
+        .map_or(0, |t| t.and_utc().timestamp_millis())
+        .min(crate::time::LATEST_MS))
 }
 
 /// The window `query.since` and `query.until` give, or `Invalid` (a bad date, or an empty

@@ -12,13 +12,13 @@ use crate::scheduler::NodeRef;
 use crate::store::{AttemptRow, RunRow, StepRow, Store};
 
 /// A running run's engine: who holds its lease, and whether it still runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EngineView {
     pub holder: Option<String>,
     pub alive: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RunView {
     pub id: String,
     pub name: String,
@@ -53,7 +53,7 @@ pub struct RunView {
     pub taken_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StepView {
     pub name: String,
     pub state: String,
@@ -62,7 +62,7 @@ pub struct StepView {
     pub attempts: Vec<AttemptView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub number: i64,
     pub state: String,

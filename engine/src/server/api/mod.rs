@@ -120,7 +120,7 @@ impl utoipa::Modify for BearerAuth {
 
 /// The routes and their OpenAPI document, from one list.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(runs::list, runs::submit))
         .routes(routes!(runs::status))
         .routes(routes!(runs::logs))
@@ -137,7 +137,9 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(schedules::submit))
         .routes(routes!(schedules::list))
         .routes(routes!(schedules::status))
-        .split_for_parts()
+        .split_for_parts();
+    error::document_refusals(&mut doc);
+    (router, doc)
 }
 
 /// The whole application: the API, its document, health, readiness and metrics, with the

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use utoipa::{IntoParams, ToSchema};
 
+use super::error::Refusal;
 use super::{ApiError, AppState, Caller};
 use crate::service::logs::{Query as LogQuery, Sink};
 use crate::service::{self, Filter, Retried};
@@ -58,16 +59,17 @@ pub struct FormatQuery {
     pub format: Option<Format>,
 }
 
-/// A run id, an unambiguous prefix of one, `@latest` or `NAME@latest`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct RunPath {
+    /// A run id, an unambiguous prefix of one, `@latest` or `NAME@latest`.
     run: String,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct StepPath {
+    /// A run id, an unambiguous prefix of one, `@latest` or `NAME@latest`.
     run: String,
     /// A step instance: `train`, `evaluate[1]`.
     step: String,
@@ -90,9 +92,9 @@ pub(super) fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Resp
 
 /// Lists the token's team's runs, newest first.
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", operation_id = "list_runs", params(ListQuery),
-    responses((status = 200, description = "Runs as `sluice runs --output json` prints them (an array)"),
-              (status = 400, description = "A filter that does not parse"),
-              (status = 401, description = "No valid token")))]
+    responses((status = 200, description = "Runs as `sluice runs --output json` prints them, newest first, without their steps; with `format=text`, the table `sluice runs` prints",
+                  content((Vec<crate::service::view::RunView> = "application/json"), (String = "text/plain"))),
+              (status = 400, description = "A filter that does not parse: a state, a time, a negative limit or offset, an unknown parameter", body = Refusal)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -153,9 +155,9 @@ pub struct SubmittedBody {
 /// Submits a run of the token's team; the server starts driving it at once.
 #[utoipa::path(post, path = "/api/v1/runs", operation_id = "submit_run", tag = "runs", request_body = SubmitBody,
     responses((status = 201, description = "The run was recorded", body = SubmittedBody),
-              (status = 400, description = "The file is not valid: lint's diagnostics"),
-              (status = 403, description = "A viewer's token, or a file of another team"),
-              (status = 409, description = "The team's queue is full (maxQueued)")))]
+              (status = 400, description = "The body does not parse, or the file is not valid: lint's diagnostics", body = Refusal),
+              (status = 403, description = "A viewer's token, or a file of another team", body = Refusal),
+              (status = 409, description = "The team's queue is full (maxQueued)", body = Refusal)))]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -261,8 +263,9 @@ pub(crate) async fn audit<T>(
 
 /// A run with its steps, attempts and (sweeps) trials.
 #[utoipa::path(get, path = "/api/v1/runs/{run}", operation_id = "run_status", tag = "runs", params(RunPath, FormatQuery),
-    responses((status = 200, description = "The run as `sluice status --output json` prints it"),
-              (status = 404, description = "No such run for this token's team")))]
+    responses((status = 200, description = "The run as `sluice status --output json` prints it; with `format=text`, as `sluice status` prints it",
+                  content((crate::service::view::RunView = "application/json"), (String = "text/plain"))),
+              (status = 404, description = "No such run for this token's team, or a prefix of several", body = Refusal)))]
 pub async fn status(
     State(state): State<AppState>,
     caller: Caller,
@@ -326,8 +329,10 @@ impl Sink for Channel {
 /// streamed until the step or run has ended. Remarks (`step 'x' has not started yet`) that
 /// come before the first line are in the `sluice-note` header.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/logs", operation_id = "run_logs", tag = "runs", params(RunPath, LogsQuery),
-    responses((status = 200, description = "The log lines", content_type = "text/plain"),
-              (status = 404, description = "No such run or step for this token's team")))]
+    responses((status = 200, description = "The log lines (with `format=json`, one JSON object a line)", body = String, content_type = "text/plain",
+                  headers(("sluice-note" = String, description = "A remark made before the first line: `step 'x' has not started yet`"))),
+              (status = 400, description = "A parameter that does not parse, `attempt` without `step`, or an attempt the step does not have", body = Refusal),
+              (status = 404, description = "No such run or step for this token's team", body = Refusal)))]
 pub async fn logs(
     State(state): State<AppState>,
     caller: Caller,
@@ -417,9 +422,9 @@ pub struct StateBody {
 /// run is 409 with the state in the way.
 #[utoipa::path(post, path = "/api/v1/runs/{run}/cancel", operation_id = "cancel_run", tag = "runs", params(RunPath),
     responses((status = 202, description = "The cancellation is recorded", body = StateBody),
-              (status = 403, description = "A viewer's token"),
-              (status = 404, description = "No such run for this token's team"),
-              (status = 409, description = "The run has ended already")))]
+              (status = 403, description = "A viewer's token", body = Refusal),
+              (status = 404, description = "No such run for this token's team", body = Refusal),
+              (status = 409, description = "The run has ended already: the run and its state in `in_the_way`", body = Refusal)))]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -456,9 +461,9 @@ pub struct RetriedBody {
 /// Reruns what failed or was cancelled in an ended run; the server drives it again.
 #[utoipa::path(post, path = "/api/v1/runs/{run}/retry", operation_id = "retry_run", tag = "runs", params(RunPath),
     responses((status = 200, description = "The steps reopened", body = RetriedBody),
-              (status = 403, description = "A viewer's token"),
-              (status = 404, description = "No such run for this token's team"),
-              (status = 409, description = "The run is still running")))]
+              (status = 403, description = "A viewer's token", body = Refusal),
+              (status = 404, description = "No such run for this token's team, or it is being deleted", body = Refusal),
+              (status = 409, description = "The run is still running: the run and its state in `in_the_way`", body = Refusal)))]
 pub async fn retry(
     State(state): State<AppState>,
     caller: Caller,
@@ -491,8 +496,8 @@ pub async fn retry(
 /// so this only makes it sooner.
 #[utoipa::path(post, path = "/api/v1/runs/{run}/resume", operation_id = "resume_run", tag = "runs", params(RunPath),
     responses((status = 200, description = "The run's state", body = StateBody),
-              (status = 403, description = "A viewer's token"),
-              (status = 404, description = "No such run for this token's team")))]
+              (status = 403, description = "A viewer's token", body = Refusal),
+              (status = 404, description = "No such run for this token's team", body = Refusal)))]
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
@@ -532,9 +537,9 @@ pub struct PreemptedBody {
 /// Preempts a running step as the scheduler would: it resumes from its checkpoint.
 #[utoipa::path(post, path = "/api/v1/runs/{run}/steps/{step}/preempt", operation_id = "preempt_step", tag = "runs", params(StepPath),
     responses((status = 202, description = "The preemption is recorded", body = PreemptedBody),
-              (status = 403, description = "A viewer's token"),
-              (status = 404, description = "No such run or step for this token's team"),
-              (status = 409, description = "The step is not running")))]
+              (status = 403, description = "A viewer's token", body = Refusal),
+              (status = 404, description = "No such run or step for this token's team", body = Refusal),
+              (status = 409, description = "The step is not running: the run and the step's state in `in_the_way`", body = Refusal)))]
 pub async fn preempt(
     State(state): State<AppState>,
     caller: Caller,

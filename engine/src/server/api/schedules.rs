@@ -9,6 +9,7 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::error::Refusal;
 use super::runs::{Format, FormatQuery, json_response, text_response};
 use super::{ApiError, AppState, Caller};
 use crate::service::{self, apply};
@@ -56,8 +57,8 @@ pub struct AppliedBody {
 /// every document validated first; if any is invalid nothing is applied (400).
 #[utoipa::path(post, path = "/api/v1/apply", operation_id = "apply_documents", tag = "schedules", request_body = ApplyBody,
     responses((status = 200, description = "What was done to each document", body = AppliedBody),
-              (status = 400, description = "Documents with errors: lint's diagnostics; nothing applied"),
-              (status = 403, description = "A viewer's token")))]
+              (status = 400, description = "The body does not parse, or documents with errors: lint's diagnostics; nothing applied", body = Refusal),
+              (status = 403, description = "A viewer's token, or a document of another team", body = Refusal)))]
 pub async fn apply(
     State(state): State<AppState>,
     caller: Caller,
@@ -142,7 +143,10 @@ pub struct SubmitNamedBody {
 /// Runs an applied pipeline or sweep by name (`sluice submit NAME`).
 #[utoipa::path(post, path = "/api/v1/submit", operation_id = "submit_applied", tag = "schedules", request_body = SubmitNamedBody,
     responses((status = 201, description = "The run was recorded", body = super::runs::SubmittedBody),
-              (status = 404, description = "No such applied pipeline for this token's team")))]
+              (status = 400, description = "The body does not parse, or parameters the pipeline does not take", body = Refusal),
+              (status = 403, description = "A viewer's token", body = Refusal),
+              (status = 404, description = "No such applied pipeline for this token's team", body = Refusal),
+              (status = 409, description = "The team's queue is full (maxQueued)", body = Refusal)))]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -187,7 +191,8 @@ fn render<T: Serialize>(
 
 /// The token's team's schedules with their last and next fires.
 #[utoipa::path(get, path = "/api/v1/schedules", operation_id = "list_schedules", tag = "schedules", params(FormatQuery),
-    responses((status = 200, description = "The schedules, as `sluice schedules --output json` prints them")))]
+    responses((status = 200, description = "The schedules, as `sluice schedules --output json` prints them; with `format=text`, its table",
+                  content((Vec<crate::service::schedules::ScheduleView> = "application/json"), (String = "text/plain")))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -209,8 +214,10 @@ pub struct SchedulePath {
 
 /// One schedule with every fire: its scheduled time, outcome, run and why.
 #[utoipa::path(get, path = "/api/v1/schedules/{name}", operation_id = "schedule_status", tag = "schedules", params(SchedulePath, FormatQuery),
-    responses((status = 200, description = "The schedule, as `sluice status SCHEDULE --output json` prints it"),
-              (status = 404, description = "No such schedule for this token's team")))]
+    responses((status = 200, description = "The schedule, as `sluice status SCHEDULE --output json` prints it, with every fire; with `format=text`, as `sluice status SCHEDULE` prints it",
+                  content((crate::service::schedules::ScheduleView = "application/json"), (String = "text/plain"))),
+              (status = 400, description = "A parameter that does not parse, or (an admin's token) a name that several teams' schedules have", body = Refusal),
+              (status = 404, description = "No such schedule for this token's team", body = Refusal)))]
 pub async fn status(
     State(state): State<AppState>,
     caller: Caller,

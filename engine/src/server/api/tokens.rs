@@ -9,9 +9,24 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::error::Refusal;
 use super::{ApiError, AppState, Caller};
 use crate::service::{self, Role};
 use crate::store::TokenRow;
+
+/// A token's role: a viewer reads, a member also changes runs, an admin does everything for
+/// every team.
+#[derive(ToSchema)]
+#[schema(as = Role)]
+#[allow(dead_code)] // the document's words for `service::Role` (a test holds them together)
+enum RoleName {
+    #[schema(rename = "viewer")]
+    Viewer,
+    #[schema(rename = "member")]
+    Member,
+    #[schema(rename = "admin")]
+    Admin,
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WhoamiBody {
@@ -19,13 +34,13 @@ pub struct WhoamiBody {
     id: String,
     /// Its team; `*` for an admin of every team.
     team: String,
+    #[schema(value_type = RoleName)]
     role: String,
 }
 
 /// The token's team and role.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "tokens",
-    responses((status = 200, description = "Who the token is", body = WhoamiBody),
-              (status = 401, description = "No valid token")))]
+    responses((status = 200, description = "Who the token is", body = WhoamiBody)))]
 pub async fn whoami(caller: Caller) -> Json<WhoamiBody> {
     Json(WhoamiBody {
         team: caller.team().to_owned(),
@@ -40,6 +55,7 @@ pub struct TokenBody {
     id: String,
     name: Option<String>,
     team: String,
+    #[schema(value_type = RoleName)]
     role: String,
     created_at: String,
     expires_at: Option<String>,
@@ -71,7 +87,7 @@ pub struct TeamQuery {
 /// The tokens, of one team or all (admins only).
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "admin", operation_id = "list_tokens", params(TeamQuery),
     responses((status = 200, description = "The tokens", body = Vec<TokenBody>),
-              (status = 403, description = "Not an admin's token")))]
+              (status = 403, description = "Not an admin's token", body = Refusal)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -89,8 +105,9 @@ pub async fn list(
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     /// The token's team; `*` (admins only) for every team.
+    #[schema(min_length = 1)]
     team: String,
-    /// viewer, member or admin.
+    #[schema(value_type = RoleName)]
     role: String,
     #[serde(default)]
     name: Option<String>,
@@ -109,8 +126,8 @@ pub struct CreatedBody {
 /// Makes a token (admins only); its text is in this answer and nowhere else.
 #[utoipa::path(post, path = "/api/v1/tokens", operation_id = "create_token", tag = "admin", request_body = CreateBody,
     responses((status = 201, description = "The token", body = CreatedBody),
-              (status = 400, description = "An unknown role, a bad expiry"),
-              (status = 403, description = "Not an admin's token")))]
+              (status = 400, description = "The body does not parse: an unknown role, a bad expiry, no team", body = Refusal),
+              (status = 403, description = "Not an admin's token", body = Refusal)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -167,8 +184,8 @@ pub struct TokenPath {
 /// Revokes a token (admins only): the next request with it gets 401.
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", operation_id = "revoke_token", tag = "admin", params(TokenPath),
     responses((status = 200, description = "The token, revoked", body = TokenBody),
-              (status = 403, description = "Not an admin's token"),
-              (status = 404, description = "No such token")))]
+              (status = 403, description = "Not an admin's token", body = Refusal),
+              (status = 404, description = "No such token", body = Refusal)))]
 pub async fn revoke(
     State(state): State<AppState>,
     caller: Caller,
@@ -195,7 +212,7 @@ pub struct AuditBody {
 /// Every change, oldest first: who (a token's id), what, when and the result (admins only).
 #[utoipa::path(get, path = "/api/v1/audit", tag = "admin",
     responses((status = 200, description = "The audit record", body = Vec<AuditBody>),
-              (status = 403, description = "Not an admin's token")))]
+              (status = 403, description = "Not an admin's token", body = Refusal)))]
 pub async fn audit(
     State(state): State<AppState>,
     caller: Caller,
@@ -213,4 +230,21 @@ pub async fn audit(
             })
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The document's roles are the service's.
+    #[test]
+    fn the_documented_roles_are_the_roles() {
+        let schema = serde_json::to_value(<super::RoleName as utoipa::PartialSchema>::schema())
+            .expect("the schema serializes");
+        let documented: Vec<&str> = schema["enum"]
+            .as_array()
+            .expect("an enum")
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        assert_eq!(documented, super::Role::ALL.map(super::Role::as_str));
+    }
 }

@@ -8,6 +8,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::error::Refusal;
 use super::runs::{Format, json_response, text_response};
 use super::{ApiError, AppState, Caller};
 use crate::service::{self, usage};
@@ -30,8 +31,9 @@ pub struct UsageQuery {
 
 /// Usage per group with a total: `{"rows": [...], "total": {...}}`, or the CLI's table.
 #[utoipa::path(get, path = "/api/v1/usage", operation_id = "usage", tag = "usage", params(UsageQuery),
-    responses((status = 200, description = "Usage as `sluice usage --output json` prints it"),
-              (status = 400, description = "A bad date or grouping key")))]
+    responses((status = 200, description = "Usage as `sluice usage --output json` prints it; with `format=text`, its table",
+                  content((crate::service::usage::Usage = "application/json"), (String = "text/plain"))),
+              (status = 400, description = "A bad date or grouping key, or an unknown parameter", body = Refusal)))]
 pub async fn usage(
     State(state): State<AppState>,
     caller: Caller,

@@ -74,7 +74,7 @@ impl Window {
 }
 
 /// The figures of one group, or of all of them.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Figures {
     pub gpu_hours: f64,
     pub cpu_hours: f64,
@@ -86,7 +86,8 @@ pub struct Figures {
 }
 
 /// One group: the values of its `--by` keys (the others absent), and its figures.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = UsageGroup)]
 pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
@@ -100,7 +101,7 @@ pub struct Row {
 
 /// `sluice usage`'s answer (the JSON shape of `--output json`): the groups, ordered by their
 /// keys, and the total.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Usage {
     pub rows: Vec<Row>,
     pub total: Figures,

@@ -11,6 +11,24 @@ fn by_takes_known_keys_once_and_names_a_wrong_one() {
     assert!(e.to_string().contains("did you mean 'pool'"), "{e}");
 }
 
+/// The store compares times as text, which sorts as time does for four-digit years only: a
+/// bound past year 9999 is its last moment, so that `--until 9999-12-31` still counts
+/// everything (it counted nothing: `+10000-01-01...` sorts before `2026-...`).
+#[test]
+fn a_bound_past_year_9999_is_its_last_moment() {
+    let latest = crate::time::LATEST_MS;
+    assert_eq!(
+        crate::time::format(chrono::DateTime::from_timestamp_millis(latest).expect("a time")),
+        "9999-12-31T23:59:59.999Z"
+    );
+    assert_eq!(bound("--until", "9999-12-31", true).expect("date"), latest);
+    assert_eq!(
+        bound("--since", "+10000-01-01", false).expect("date"),
+        latest
+    );
+    assert!(bound("--until", "9999-12-30", true).expect("date") < latest);
+}
+
 #[test]
 fn a_date_bound_covers_whole_days_in_utc() {
     let day = 1_796_083_200_000; // 2026-12-01T00:00:00Z

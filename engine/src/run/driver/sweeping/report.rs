@@ -22,14 +22,14 @@ pub struct Report {
 }
 
 /// The best trial, as the CLI contract shapes it.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Best {
     pub trial: u64,
     pub params: serde_json::Value,
     pub value: Option<f64>,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct TrialReport {
     /// The trial's row (`trial[3]`).
     #[serde(skip)]
