@@ -500,3 +500,318 @@ fn a_file_of_merge_keys_stalls_no_one() {
         );
     }
 }
+
+/// The series of a metric family in `/metrics`' text.
+fn series(server: &Server, family: &str) -> Vec<String> {
+    let m = server.call("GET", "/metrics", None, None);
+    assert_eq!(m.status, 200);
+    m.text()
+        .lines()
+        .filter(|l| l.starts_with(family))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `sluice_api_requests_total{method=...}` took the raw HTTP method: 2,000 random methods to
+/// `/healthz`, without a token, added 2,000 series, and 60 KB methods grew `/metrics` by
+/// megabytes. Methods are a fixed set of labels now.
+#[test]
+fn metrics_labels_stay_bounded_whatever_the_client_sends() {
+    use std::io::{Read, Write};
+    let sb = Sandbox::new("sec-metrics");
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let long = "M".repeat(60_000);
+    for i in 0..200 {
+        let method = if i % 10 == 0 {
+            long.clone()
+        } else {
+            format!("RANDOM{i}")
+        };
+        let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .expect("timeout");
+        let _ = write!(
+            s,
+            "{method} /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    let lines = series(&server, "sluice_api_requests_total{");
+    let methods: std::collections::BTreeSet<String> = lines
+        .iter()
+        .filter_map(|l| l.split("method=\"").nth(1))
+        .filter_map(|r| r.split('"').next())
+        .map(str::to_owned)
+        .collect();
+    for m in &methods {
+        assert!(
+            [
+                "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"
+            ]
+            .contains(&m.as_str()),
+            "method label {m:?}"
+        );
+    }
+    assert!(lines.len() < 20, "{} series: {lines:?}", lines.len());
+    let size = server.call("GET", "/metrics", None, None).body.len();
+    assert!(size < 64 * 1024, "/metrics is {size} bytes");
+}
+
+/// A half-open request stayed open past 100 s; with 1,024 descriptors, 1,100 of them stopped
+/// `/healthz`, `/readyz` and submissions. A connection that does not send its request's head
+/// within the header timeout is closed; past the connection cap new ones wait in the
+/// backlog instead of taking descriptors; and once the idle ones are closed, the server
+/// answers again.
+#[test]
+fn half_open_requests_are_closed_and_capped() {
+    use std::io::{Read, Write};
+    let sb = Sandbox::new("sec-slow");
+    let server = Server::start(&sb, &["--header-timeout", "2s", "--max-connections", "40"]);
+    server.wait_ready();
+    let fds = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let before = fds(server.pid());
+    let mut open = Vec::new();
+    for _ in 0..120 {
+        let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+        open.push(s);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let during = fds(server.pid());
+    assert!(
+        during <= before + 40 + 8,
+        "{during} descriptors open with 120 half-open requests (cap 40, {before} before)"
+    );
+    // The server closes each of them, the first within the header timeout.
+    let mut closed = 0;
+    for s in &mut open {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .expect("timeout");
+        let mut buf = [0u8; 64];
+        // Closed: end of stream, or reset; a read that times out is a connection still open.
+        let gone = match s.read(&mut buf) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        if gone {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, open.len(), "every half-open request was closed");
+    drop(open);
+    let health = server.call("GET", "/healthz", None, None);
+    assert_eq!(health.status, 200);
+}
+
+/// A `Content-Length` of 10 GB was waited on for 30 s: it is refused at once (413).
+#[test]
+fn a_declared_body_past_the_limit_is_413_at_once() {
+    use std::io::{Read, Write};
+    let sb = Sandbox::new("sec-413");
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+    // The answer comes without a byte of the body sent: a server waiting for it would let
+    // the read time out.
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        s,
+        "POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {member}\r\nContent-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n"
+    )
+    .expect("send the head");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("too_large"), "{text}");
+}
+
+/// Failed authentications are limited per address: past the limit, 429 with `Retry-After`
+/// before the token is looked up, a valid token included, until the minute is over.
+#[test]
+fn failed_authentications_are_limited_per_address() {
+    let sb = Sandbox::new("sec-authfail");
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let server = Server::start(&sb, &["--auth-failures", "5"]);
+    server.wait_ready();
+    for i in 0..5 {
+        let a = server.call("GET", "/api/v1/runs", Some("sluice_guess"), None);
+        assert_eq!(a.status, 401, "guess {i}: {}", a.text());
+    }
+    let a = server.call("GET", "/api/v1/runs", Some("sluice_guess"), None);
+    assert_eq!(a.status, 429, "{}", a.text());
+    assert!(
+        a.header("retry-after")
+            .is_some_and(|s| s.parse::<u64>().is_ok_and(|n| n >= 1))
+    );
+    assert!(
+        a.text()
+            .contains("failed authentications from this address"),
+        "{}",
+        a.text()
+    );
+    let a = server.call("GET", "/api/v1/runs", Some(&member), None);
+    assert_eq!(
+        a.status, 429,
+        "a blocked address is refused before any lookup"
+    );
+}
+
+/// `Authorization: bearer` (lower case) was refused though the scheme is case-insensitive.
+#[test]
+fn the_bearer_scheme_is_read_in_any_case() {
+    let sb = Sandbox::new("sec-bearer");
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let a = sluice_e2e::http::request_with(
+            &server.addr,
+            "GET",
+            "/api/v1/whoami",
+            &[("Authorization", &format!("{scheme} {member}"))],
+            None,
+        )
+        .expect("an answer");
+        assert_eq!(a.status, 200, "{scheme}: {}", a.text());
+    }
+}
+
+/// `token create --team teama --role admin` was a global admin: it read team B's runs,
+/// listed every team's and minted a `*` admin. An admin of one team is that team's only; an
+/// admin of `*` still sees and manages every team.
+#[test]
+fn a_team_admin_is_its_team_s_and_a_star_admin_every_team_s() {
+    let sb = Sandbox::new("sec-admin");
+    let (_, a_admin) = token(&sb, "teama", "admin", &[]);
+    let (_, a_member) = token(&sb, "teama", "member", &[]);
+    let (b_token_id, b_member) = token(&sb, "teamb", "member", &[]);
+    let (_, root) = token(&sb, "*", "admin", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let b_run = submit(&server, &b_member, QUICK);
+    let a_run = submit(&server, &a_member, QUICK);
+
+    // Team A's admin: team A's runs, not team B's.
+    let a = server.call(
+        "GET",
+        &format!("/api/v1/runs/{b_run}"),
+        Some(&a_admin),
+        None,
+    );
+    assert_eq!(a.status, 404, "{}", a.text());
+    let a = server.call(
+        "GET",
+        &format!("/api/v1/runs/{a_run}"),
+        Some(&a_admin),
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let listed = server.call("GET", "/api/v1/runs?limit=0", Some(&a_admin), None);
+    let ids: Vec<String> = listed
+        .json()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| r["id"].as_str().map(str::to_owned))
+        .collect();
+    assert!(ids.contains(&a_run) && !ids.contains(&b_run), "{ids:?}");
+    // Its team's tokens only; no `*` admin, no token of team B.
+    let tokens = server.call("GET", "/api/v1/tokens", Some(&a_admin), None);
+    assert_eq!(tokens.status, 200, "{}", tokens.text());
+    assert!(!tokens.text().contains(&b_token_id), "{}", tokens.text());
+    assert!(!tokens.text().contains("\"*\""), "{}", tokens.text());
+    for (team, role) in [("*", "admin"), ("teamb", "member"), ("teamb", "admin")] {
+        let a = server.call(
+            "POST",
+            "/api/v1/tokens",
+            Some(&a_admin),
+            Some(&json!({"team": team, "role": role})),
+        );
+        assert_eq!(a.status, 403, "{team} {role}: {}", a.text());
+    }
+    let a = server.call(
+        "POST",
+        "/api/v1/tokens",
+        Some(&a_admin),
+        Some(&json!({"team": "teama", "role": "viewer"})),
+    );
+    assert_eq!(a.status, 201, "{}", a.text());
+    let a = server.call(
+        "DELETE",
+        &format!("/api/v1/tokens/{b_token_id}"),
+        Some(&a_admin),
+        None,
+    );
+    assert_eq!(
+        a.status,
+        404,
+        "another team's token does not exist for it: {}",
+        a.text()
+    );
+    let who = server.call("GET", "/api/v1/whoami", Some(&b_member), None);
+    assert_eq!(who.status, 200, "team B's token still works");
+    let audit = server.call("GET", "/api/v1/audit", Some(&a_admin), None);
+    assert_eq!(audit.status, 200, "{}", audit.text());
+    assert!(
+        !audit.text().contains(&b_run),
+        "team B's audit record: {}",
+        audit.text()
+    );
+
+    // The `*` admin: every team's.
+    let a = server.call("GET", &format!("/api/v1/runs/{b_run}"), Some(&root), None);
+    assert_eq!(a.status, 200, "{}", a.text());
+    let tokens = server.call("GET", "/api/v1/tokens", Some(&root), None);
+    assert!(tokens.text().contains(&b_token_id), "{}", tokens.text());
+    let a = server.call(
+        "POST",
+        "/api/v1/tokens",
+        Some(&root),
+        Some(&json!({"team": "teamb", "role": "admin"})),
+    );
+    assert_eq!(a.status, 201, "{}", a.text());
+}
+
+/// A token's team was not validated (`"team": "../../../tmp/x"` was accepted and reached
+/// paths, labels and pages). It follows the naming rule of teams everywhere.
+#[test]
+fn a_token_s_team_is_a_team_name() {
+    let sb = Sandbox::new("sec-teamname");
+    let (_, root) = token(&sb, "*", "admin", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    for team in ["../../../tmp/x", "Team A", "a/b", "", "-x"] {
+        let a = server.call(
+            "POST",
+            "/api/v1/tokens",
+            Some(&root),
+            Some(&json!({"team": team, "role": "member"})),
+        );
+        assert_eq!(a.status, 400, "{team:?}: {}", a.text());
+    }
+    let out = sb.run(&[
+        "token",
+        "create",
+        "--team",
+        "../../../tmp/x",
+        "--role",
+        "member",
+    ]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("is not a team name"), "{}", out.stderr);
+    let a = server.call("GET", "/api/v1/runs?team=../x", Some(&root), None);
+    assert_eq!(a.status, 400, "{}", a.text());
+}

@@ -39,6 +39,11 @@ pub struct Args {
     /// connection is closed: half-open requests do not pile up.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::spec::units::parse_duration)]
     pub header_timeout: std::time::Duration,
+    /// Failed authentications (unknown, expired or revoked tokens) one client address may
+    /// make in a minute; past them its requests get 429 until the minute is over. Behind a
+    /// proxy, every client has the proxy's address.
+    #[arg(long, default_value_t = crate::server::api::failures::LIMIT, value_name = "N")]
+    pub auth_failures: u32,
 }
 
 /// Runs the server on its own multi-threaded runtime (every run is driven by a task).
@@ -80,6 +85,7 @@ async fn serve(home: &Home, args: &Args) -> Result<Outcome, Error> {
             max_connections: args.max_connections.max(1),
             header_timeout: args.header_timeout,
         },
+        auth_failures: args.auth_failures,
     };
     let server = crate::server::Server::bind(config, store, crate::clock::system())
         .await

@@ -40,6 +40,8 @@ pub struct Config {
     pub rate: u32,
     /// Open connections and the time to send a request's head.
     pub limits: listen::Limits,
+    /// Failed authentications one address may make in a minute.
+    pub auth_failures: u32,
     /// Origins besides the server's own (`Host`) whose pages may send changes: the address
     /// browsers use when a proxy in front rewrites `Host` (see [`origin`]).
     pub allowed_origins: Vec<origin::Origin>,

@@ -9,7 +9,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Failed authentications an address may make in a window.
+/// Failed authentications an address may make in a window, unless the server says otherwise
+/// (`sluice server --auth-failures N`).
 pub const LIMIT: u32 = 30;
 
 /// How long an address's failures are remembered.
@@ -20,9 +21,16 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 const REMEMBERED: usize = 65_536;
 
 /// The failures of each address in its current window.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Failures {
+    limit: u32,
     by_address: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+impl Default for Failures {
+    fn default() -> Self {
+        Failures::new(LIMIT)
+    }
 }
 
 /// The key of an address: an IPv6 client is counted by its /64, since it holds all of it.
@@ -40,12 +48,20 @@ fn key(address: IpAddr) -> IpAddr {
 }
 
 impl Failures {
+    /// At most `limit` failures per address and window (at least 1).
+    pub fn new(limit: u32) -> Self {
+        Failures {
+            limit: limit.max(1),
+            by_address: Mutex::default(),
+        }
+    }
+
     /// None while `address` may still try; else in how many seconds it may again.
     pub fn blocked(&self, address: IpAddr, now: Instant) -> Option<u64> {
         let map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
         let (since, count) = map.get(&key(address))?;
         let elapsed = now.saturating_duration_since(*since);
-        if *count < LIMIT || elapsed >= WINDOW {
+        if *count < self.limit || elapsed >= WINDOW {
             return None;
         }
         Some((WINDOW - elapsed).as_secs() + 1)

@@ -85,7 +85,7 @@ impl AppState {
             limiter: Arc::new(auth::limiter(config.rate)),
             readiness: Arc::default(),
             validation: Arc::default(),
-            failures: Arc::default(),
+            failures: Arc::new(failures::Failures::new(config.auth_failures)),
             cluster: config.cluster.clone(),
             objects: config.objects.clone(),
             stop,
