@@ -85,8 +85,63 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<reqwest::Response, Error> {
+        self.send_with(method, path, query, body, None).await
+    }
+
+    /// A submission (`POST path` with `body`), sent with an `Idempotency-Key` of its own
+    /// and sent again, with the same key, while the server cannot be reached or answers
+    /// 502, 503 or 504, for up to about half a minute: a submission whose answer was lost
+    /// is answered with the run it recorded, never a second one.
+    pub async fn submit(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, Error> {
+        let key = idempotency_key();
+        let mut wait = Duration::from_millis(250);
+        let mut waited = Duration::ZERO;
+        loop {
+            let sent = self
+                .send_with(reqwest::Method::POST, path, &[], Some(body), Some(&key))
+                .await;
+            let again = match &sent {
+                Err(Error::Unreachable { .. }) => true,
+                Err(Error::Refused(r)) => matches!(r.status, 502..=504),
+                Ok(_) => false,
+            };
+            if !again || waited >= SUBMIT_RETRY {
+                let response = sent?;
+                let text = self.text_of(response).await?;
+                return serde_json::from_str(&text).map_err(|e| Error::Unreachable {
+                    url: self.base.clone(),
+                    why: format!("its answer is not JSON: {e}"),
+                });
+            }
+            if let Err(e) = &sent {
+                tracing::warn!(
+                    "{e}; sending the submission again in {} ms (the same Idempotency-Key: it is recorded once)",
+                    wait.as_millis()
+                );
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+            wait = (wait * 2).min(Duration::from_secs(4));
+        }
+    }
+
+    async fn send_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+        key: Option<&str>,
+    ) -> Result<reqwest::Response, Error> {
         let url = format!("{}{path}", self.base);
         let mut request = self.http.request(method, &url).query(query);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -162,6 +217,16 @@ impl Client {
                 why: root_cause(&e),
             })
     }
+}
+
+/// How long a submission is sent again while the server does not answer.
+const SUBMIT_RETRY: Duration = Duration::from_secs(30);
+
+/// A new submission's `Idempotency-Key`: 128 random bits, as hex.
+fn idempotency_key() -> String {
+    use rand::RngExt;
+    let mut rng = rand::rng();
+    format!("{:032x}", rng.random::<u128>())
 }
 
 /// A path segment with everything but unreserved characters percent-encoded (run

@@ -815,3 +815,182 @@ fn a_token_s_team_is_a_team_name() {
     let a = server.call("GET", "/api/v1/runs?team=../x", Some(&root), None);
     assert_eq!(a.status, 400, "{}", a.text());
 }
+
+/// A TCP proxy in front of a server that answers nothing to the first connection: it passes
+/// the request on, waits for the server's answer to begin, then closes, as a server killed
+/// right after its commit does. Later connections pass both ways.
+struct LossyProxy {
+    addr: String,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LossyProxy {
+    fn start(server: &str) -> LossyProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let dropped = std::sync::Arc::new(AtomicUsize::new(0));
+        let count = dropped.clone();
+        let server = server.to_owned();
+        std::thread::spawn(move || {
+            for (n, client) in listener.incoming().enumerate() {
+                let Ok(mut client) = client else { continue };
+                let Ok(mut upstream) = std::net::TcpStream::connect(&server) else {
+                    continue;
+                };
+                let (mut c2, mut u2) = (
+                    client.try_clone().expect("clone"),
+                    upstream.try_clone().expect("clone"),
+                );
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut u2);
+                });
+                if n == 0 {
+                    // The answer is lost: the server has recorded what it answers for.
+                    let mut first = [0u8; 1];
+                    let _ = upstream.read(&mut first);
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    let _ = upstream.shutdown(std::net::Shutdown::Both);
+                    count.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut upstream, &mut client);
+                    let _ = client.flush();
+                });
+            }
+        });
+        LossyProxy { addr, dropped }
+    }
+}
+
+/// After a server kill, 5 of 19 submissions whose answer was lost had been recorded: a
+/// client that retried made a second run. A submission's `Idempotency-Key` is recorded with
+/// its run; the same request with the same key is answered with that run (200,
+/// `Idempotent-Replayed`), another request with it is refused, and the CLI sends a key of
+/// its own and retries with it when an answer is lost.
+#[test]
+fn a_retried_submission_makes_one_run() {
+    let sb = Sandbox::new("sec-idem");
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let body = json!({"source": QUICK, "path": "q.yaml"}).to_string();
+    let post = |key: &str, body: &str| {
+        sluice_e2e::http::request_with(
+            &server.addr,
+            "POST",
+            "/api/v1/runs",
+            &[
+                ("Authorization", &format!("Bearer {member}")),
+                ("Content-Type", "application/json"),
+                ("Idempotency-Key", key),
+            ],
+            Some(body.as_bytes()),
+        )
+        .expect("an answer")
+    };
+    let first = post("key-1", &body);
+    assert_eq!(first.status, 201, "{}", first.text());
+    let again = post("key-1", &body);
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    let other = json!({"source": QUICK, "path": "other.yaml"}).to_string();
+    let reused = post("key-1", &other);
+    assert_eq!(reused.status, 409, "{}", reused.text());
+    let bad = post("", &body);
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let runs = server.call("GET", "/api/v1/runs?limit=0", Some(&member), None);
+    assert_eq!(
+        runs.json().as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        runs.text()
+    );
+
+    // The CLI through a proxy that loses the first answer.
+    let proxy = LossyProxy::start(&server.addr);
+    let file = sb.write(
+        "cli.yaml",
+        &QUICK.replace("name: quick", "name: through-proxy"),
+    );
+    let mut cmd = sluice_e2e::sluice();
+    cmd.args([
+        "run",
+        file.to_str().expect("utf-8"),
+        "--detach",
+        "--output",
+        "json",
+    ])
+    .current_dir(sb.path())
+    .env("SLUICE_SERVER", format!("http://{}", proxy.addr))
+    .env("SLUICE_TOKEN", &member)
+    .env("SLUICE_HOME", sb.path().join("client-home"));
+    let out = sluice_e2e::ran(sluice_e2e::wait::output(&mut cmd));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        proxy.dropped.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the first answer was lost"
+    );
+    let id: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let runs = server.call(
+        "GET",
+        "/api/v1/runs?limit=0&pipeline=through-proxy",
+        Some(&member),
+        None,
+    );
+    let listed = runs.json();
+    let listed = listed.as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        listed.len(),
+        1,
+        "one run for one submission: {}",
+        runs.text()
+    );
+    assert_eq!(listed[0]["id"], id["id"]);
+}
+
+/// API-submitted runs without a `workdir` ran inside the server's home, beside `sluice.db`
+/// of every team. Each gets a folder of its own.
+#[test]
+fn an_api_run_without_a_workdir_runs_in_its_own_folder() {
+    let sb = Sandbox::new("sec-workdir");
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let server = Server::start(&sb, &[]);
+    server.wait_ready();
+    let source = "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata: {name: where}\nspec:\n  steps:\n    - name: here\n      run: 'pwd; ls -a'\n";
+    let mut folders = Vec::new();
+    for _ in 0..2 {
+        let id = submit(&server, &member, source);
+        assert_eq!(wait_ended(&server, &member, &id), "Succeeded");
+        let log = server.call(
+            "GET",
+            &format!("/api/v1/runs/{id}/logs?step=here"),
+            Some(&member),
+            None,
+        );
+        let lines: Vec<String> = log
+            .text()
+            .lines()
+            .filter_map(|l| l.splitn(3, ' ').nth(2))
+            .map(str::to_owned)
+            .collect();
+        let pwd = PathBuf::from(lines.first().expect("pwd"));
+        let home = sb.home().canonicalize().expect("home");
+        assert_ne!(pwd, home, "the run ran in the server's home");
+        assert!(
+            pwd.starts_with(&home) && pwd.ends_with("workdir"),
+            "{}",
+            pwd.display()
+        );
+        assert!(
+            !lines.iter().any(|l| l.starts_with("sluice.db")),
+            "{lines:?}"
+        );
+        folders.push(pwd);
+    }
+    assert_ne!(folders[0], folders[1], "each run its own folder");
+}

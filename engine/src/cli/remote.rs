@@ -282,9 +282,7 @@ pub async fn start(
         "name": args.name,
         "workdir": workdir.display().to_string(),
     });
-    let v = c
-        .json(Method::POST, "/api/v1/runs", &[], Some(&body))
-        .await?;
+    let v = c.submit("/api/v1/runs", &body).await?;
     if let Some(warnings) = v.get("warnings").and_then(Value::as_array) {
         for w in warnings.iter().filter_map(Value::as_str) {
             say(w);
@@ -455,9 +453,7 @@ pub async fn submit(
     format: Format,
 ) -> Result<Outcome, Error> {
     let body = json!({"name": args.name, "params": args.params});
-    let v = c
-        .json(Method::POST, "/api/v1/submit", &[], Some(&body))
-        .await?;
+    let v = c.submit("/api/v1/submit", &body).await?;
     let id = str_of(&v, "id");
     if args.detach {
         match format {

@@ -108,7 +108,7 @@ impl From<crate::store::Error> for Error {
         use crate::store::Error as S;
         match e {
             S::NotFound(message) => Error::NotFound(message),
-            e @ S::QueueFull { .. } => Error::Conflict {
+            e @ (S::QueueFull { .. } | S::KeyTaken) => Error::Conflict {
                 message: e.to_string(),
                 in_the_way: None,
             },

@@ -116,6 +116,9 @@ pub struct Submitted {
     pub id: String,
     /// The pipeline's (or sweep's) name.
     pub name: String,
+    /// The run an earlier submission with the same `Idempotency-Key` recorded, answered
+    /// again (nothing new was recorded).
+    pub replayed: bool,
 }
 
 fn invalid(shown: &str, diagnostics: Vec<Diagnostic>) -> Error {
@@ -304,6 +307,19 @@ impl Service {
         checked: Checked,
         warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
     ) -> Result<Submitted, Error> {
+        self.submit_keyed(who, checked, None, warn).await
+    }
+
+    /// [`Service::submit`] with the request's `Idempotency-Key`, recorded with the run: when
+    /// another submission recorded the same key meanwhile, nothing is written and the answer
+    /// is that submission's run (`Submitted::replayed`).
+    pub async fn submit_keyed(
+        &self,
+        who: &Principal,
+        checked: Checked,
+        key: Option<&crate::store::IdempotencyKey>,
+        warn: &mut (dyn FnMut(&[Diagnostic]) + Send),
+    ) -> Result<Submitted, Error> {
         let Prepared {
             run,
             max_queued,
@@ -311,8 +327,33 @@ impl Service {
             team,
             name,
         } = self.prepare_run(who, checked, warn).await?;
-        match (self.store.create_run(&run, max_queued).await, &cluster) {
-            (Ok(()), _) => Ok(Submitted { id: run.id, name }),
+        let created = match key {
+            None => self.store.create_run(&run, max_queued).await,
+            Some(key) => {
+                let now = self.clock.now_ms();
+                match self
+                    .store
+                    .create_run_keyed(&run, max_queued, key, now)
+                    .await
+                {
+                    Err(crate::store::Error::KeyTaken) => {
+                        return self.replay(key).await?.ok_or_else(|| {
+                            Error::Conflict {
+                                message: "this Idempotency-Key was used by a submission that is gone: send a new key".into(),
+                                in_the_way: None,
+                            }
+                        });
+                    }
+                    other => other,
+                }
+            }
+        };
+        match (created, &cluster) {
+            (Ok(()), _) => Ok(Submitted {
+                id: run.id,
+                name,
+                replayed: false,
+            }),
             (Err(e @ crate::store::Error::QueueFull { .. }), Some(c)) => {
                 let pos = max_queued_pos(&c.loaded, &team);
                 let d = Diagnostic::error(&c.shown, pos, format!("run refused: {e}"))
@@ -322,6 +363,31 @@ impl Service {
             }
             (Err(e), _) => Err(e.into()),
         }
+    }
+
+    /// The run an earlier submission with `key` recorded, if any: its answer again. The
+    /// same key with another request is a conflict (a client reusing a key by mistake).
+    pub async fn replay(
+        &self,
+        key: &crate::store::IdempotencyKey,
+    ) -> Result<Option<Submitted>, Error> {
+        let Some(recorded) = self.store.idempotent(key, self.clock.now_ms()).await? else {
+            return Ok(None);
+        };
+        if recorded.hash != key.hash {
+            return Err(Error::Conflict {
+                message: format!(
+                    "this Idempotency-Key was used for another request (it made run {}): send a new key for a new submission",
+                    recorded.run_id
+                ),
+                in_the_way: None,
+            });
+        }
+        Ok(Some(Submitted {
+            id: recorded.run_id,
+            name: recorded.name,
+            replayed: true,
+        }))
     }
 
     /// Decides a schedule's tick that starts a run: the run's rows made (as `submit` makes
@@ -437,7 +503,7 @@ impl Service {
         } else {
             request.workdir.display().to_string()
         };
-        let run = crate::run::submit::prepare(
+        let mut run = crate::run::submit::prepare(
             &pipeline,
             &graph,
             values,
@@ -454,6 +520,20 @@ impl Service {
                 schedule: request.schedule.clone(),
             },
         );
+        // No folder given (a client elsewhere, an applied document): the run's own, under
+        // its attempts' folder, which `delete` and `gc` remove with it. Never the home,
+        // beside every team's state. On Kubernetes the run has none (`spec::paths`).
+        if run.workdir.is_empty() && !on_kubernetes {
+            let own = self
+                .store
+                .home
+                .join("attempts")
+                .join(&run.id)
+                .join("workdir");
+            crate::store::create_private_dir(&own)
+                .map_err(|e| Error::io(format!("cannot create {}", own.display()), e))?;
+            run.workdir = own.display().to_string();
+        }
         Ok(Prepared {
             run,
             max_queued,

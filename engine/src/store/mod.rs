@@ -16,6 +16,7 @@ mod applied;
 mod engines;
 mod health;
 mod housekeeping;
+mod idempotency;
 mod leader;
 mod load;
 mod location;
@@ -36,6 +37,7 @@ use sqlx::AnyPool;
 pub use applied::{Applied, AppliedRow, FireRow, NewDocument};
 pub use engines::Orphan;
 pub use housekeeping::Marked;
+pub use idempotency::{Key as IdempotencyKey, Recorded as IdempotentRun};
 pub use leader::Leadership;
 pub use load::Load;
 pub use location::{Location, choose, chosen};
@@ -76,6 +78,10 @@ pub enum Error {
         adding: u64,
         limit: u64,
     },
+    /// A submission's `Idempotency-Key` was recorded by another submission meanwhile:
+    /// nothing was written.
+    #[error("this Idempotency-Key was just used by another submission")]
+    KeyTaken,
     /// This process's engine was elected leader with an epoch that is no longer the store's:
     /// another server took over, and this one may not write as the leader any more.
     #[error("{0}")]

@@ -10,6 +10,7 @@
 mod auth;
 mod error;
 pub mod failures;
+mod idempotent;
 mod runs;
 mod schedules;
 pub mod system;

@@ -148,28 +148,56 @@ pub struct SubmitBody {
 pub struct SubmittedBody {
     id: String,
     name: String,
-    /// Warnings about the file, as `sluice lint` prints them.
+    /// Warnings about the file, as `sluice lint` prints them (none on a replay).
     warnings: Vec<String>,
+    /// Answered again for a retried `Idempotency-Key` (200, `Idempotent-Replayed: true`).
+    #[serde(skip)]
+    replayed: bool,
 }
 
 /// Submits a run of the token's team; the server starts driving it at once.
 #[utoipa::path(post, path = "/api/v1/runs", operation_id = "submit_run", tag = "runs", request_body = SubmitBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "A key of the client's (1 to 255 visible ASCII characters, a UUID say): the same request with the same key again is answered with the run the first recorded, never a second run (kept a day)")),
     responses((status = 201, description = "The run was recorded", body = SubmittedBody),
+              (status = 200, description = "A retried Idempotency-Key: the run its first submission recorded", body = SubmittedBody,
+                  headers(("Idempotent-Replayed" = String, description = "`true`"))),
               (status = 400, description = "The body does not parse, or the file is not valid: lint's diagnostics", body = Refusal),
               (status = 403, description = "A viewer's token, or a file of another team", body = Refusal),
-              (status = 409, description = "The team's queue is full (maxQueued)", body = Refusal)))]
+              (status = 409, description = "The team's queue is full (maxQueued), or the Idempotency-Key was used for another request", body = Refusal)))]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
     body: Result<Json<SubmitBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let result = submit_run(&state, &caller, body).await;
+    let result = submit_run(&state, &caller, &headers, body).await;
+    answer_submission(&state, &caller, result, "run").await
+}
+
+/// A submission's answer: audited, driven, 201, or 200 with `Idempotent-Replayed` for a
+/// retried key (whose run was audited and driven when it was recorded).
+pub(super) async fn answer_submission(
+    state: &AppState,
+    caller: &Caller,
+    result: Result<SubmittedBody, ApiError>,
+    refused_target: &str,
+) -> Result<Response, ApiError> {
     let target = match &result {
         Ok(s) => format!("run {}", s.id),
-        Err(_) => "run".to_owned(),
+        Err(_) => refused_target.to_owned(),
     };
-    audit(&state, &caller, "submit", &target, &result).await;
+    if !result.as_ref().is_ok_and(|s| s.replayed) {
+        audit(state, caller, "submit", &target, &result).await;
+    }
     let submitted = result?;
+    if submitted.replayed {
+        let mut response = json_response(StatusCode::OK, &submitted);
+        response.headers_mut().insert(
+            super::idempotent::REPLAYED,
+            axum::http::HeaderValue::from_static("true"),
+        );
+        return Ok(response);
+    }
     state.drivers.drive(&submitted.id);
     Ok(json_response(StatusCode::CREATED, &submitted))
 }
@@ -177,15 +205,29 @@ pub async fn submit(
 async fn submit_run(
     state: &AppState,
     caller: &Caller,
+    headers: &axum::http::HeaderMap,
     body: Result<Json<SubmitBody>, JsonRejection>,
 ) -> Result<SubmittedBody, ApiError> {
     let Json(body) = body?;
-    let home = state.service.store().home.clone();
+    let key = super::idempotent::key_of(
+        headers,
+        caller,
+        &serde_json::json!([
+            "runs",
+            body.source,
+            body.path,
+            body.params,
+            body.name,
+            body.workdir
+        ]),
+    )?;
+    // A folder the client names, when it exists here (a client on the server's machine);
+    // else none: the run gets a folder of its own (`Service::submit`), never the home.
     let workdir = body
         .workdir
         .map(std::path::PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
-        .unwrap_or(home);
+        .unwrap_or_default();
     let request = service::Request {
         shown: body.path.unwrap_or_else(|| "pipeline.yaml".to_owned()),
         text: body.source,
@@ -197,13 +239,7 @@ async fn submit_run(
         applied_version: None,
         schedule: None,
     };
-    submit_request(state, caller, request).await
-}
-
-impl SubmittedBody {
-    pub fn id(&self) -> &str {
-        &self.id
-    }
+    submit_request(state, caller, request, key).await
 }
 
 /// Checks and records a run for the caller; warnings about the file in the answer.
@@ -211,7 +247,19 @@ pub(super) async fn submit_request(
     state: &AppState,
     caller: &Caller,
     request: service::Request,
+    key: Option<crate::store::IdempotencyKey>,
 ) -> Result<SubmittedBody, ApiError> {
+    // A retried submission is answered before anything is validated again.
+    if let Some(key) = &key
+        && let Some(done) = state.service.replay(key).await?
+    {
+        return Ok(SubmittedBody {
+            id: done.id,
+            name: done.name,
+            warnings: Vec::new(),
+            replayed: true,
+        });
+    }
     let principal = caller.principal.clone();
     let (checked, mut warnings) = state
         .validation
@@ -230,12 +278,16 @@ pub(super) async fn submit_request(
     };
     let submitted = state
         .service
-        .submit(&caller.principal, checked, &mut warn)
+        .submit_keyed(&caller.principal, checked, key.as_ref(), &mut warn)
         .await?;
+    if submitted.replayed {
+        warnings.clear();
+    }
     Ok(SubmittedBody {
         id: submitted.id,
         name: submitted.name,
         warnings,
+        replayed: submitted.replayed,
     })
 }
 

@@ -65,15 +65,19 @@ pub async fn apply(
     body: Result<Json<ApplyBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
-    let home = state.service.store().home.display().to_string();
+    // A folder the client names when it exists here; else none, and each run of the
+    // document gets a folder of its own (never the server's home).
     let files: Vec<apply::File> = body
         .files
         .into_iter()
         .map(|f| apply::File {
             workdir: f
                 .workdir
-                .filter(|w| std::path::Path::new(w).is_dir())
-                .unwrap_or_else(|| home.clone()),
+                .filter(|w| {
+                    let w = std::path::Path::new(w);
+                    w.is_absolute() && w.is_dir()
+                })
+                .unwrap_or_default(),
             path: f.path,
             text: f.text,
         })
@@ -142,36 +146,38 @@ pub struct SubmitNamedBody {
 
 /// Runs an applied pipeline or sweep by name (`sluice submit NAME`).
 #[utoipa::path(post, path = "/api/v1/submit", operation_id = "submit_applied", tag = "schedules", request_body = SubmitNamedBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "A key of the client's: the same request with the same key again is answered with the run the first recorded, never a second run (kept a day)")),
     responses((status = 201, description = "The run was recorded", body = super::runs::SubmittedBody),
+              (status = 200, description = "A retried Idempotency-Key: the run its first submission recorded", body = super::runs::SubmittedBody,
+                  headers(("Idempotent-Replayed" = String, description = "`true`"))),
               (status = 400, description = "The body does not parse, or parameters the pipeline does not take", body = Refusal),
               (status = 403, description = "A viewer's token", body = Refusal),
               (status = 404, description = "No such applied pipeline for this token's team", body = Refusal),
-              (status = 409, description = "The team's queue is full (maxQueued)", body = Refusal)))]
+              (status = 409, description = "The team's queue is full (maxQueued), or the Idempotency-Key was used for another request", body = Refusal)))]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
     body: Result<Json<SubmitNamedBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
+    let refused = format!("pipeline {}", body.name);
     let result = async {
+        let key = super::idempotent::key_of(
+            &headers,
+            &caller,
+            &serde_json::json!(["submit", body.name, body.params]),
+        )?;
         let mut request = state
             .service
             .applied_request(&caller.principal, &body.name, body.params)
             .await?;
         request.cluster.clone_from(&state.cluster);
         request.objects.clone_from(&state.objects);
-        super::runs::submit_request(&state, &caller, request).await
+        super::runs::submit_request(&state, &caller, request, key).await
     }
     .await;
-    let target = result
-        .as_ref()
-        .map_or(format!("pipeline {}", body.name), |s| {
-            format!("run {}", s.id())
-        });
-    super::runs::audit(&state, &caller, "submit", &target, &result).await;
-    let submitted = result?;
-    state.drivers.drive(submitted.id());
-    Ok(json_response(StatusCode::CREATED, &submitted))
+    super::runs::answer_submission(&state, &caller, result, &refused).await
 }
 
 fn render<T: Serialize>(
