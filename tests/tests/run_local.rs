@@ -433,15 +433,24 @@ fn a_bad_environment_is_a_clear_error_and_exit_3() {
         // unreachable PostgreSQL).
         return;
     }
-    // A corrupt database.
+    // A file that is no database.
     std::fs::create_dir_all(sb.home()).expect("home");
     std::fs::write(sb.home().join("sluice.db"), vec![0x42u8; 8192]).expect("write");
     let out = sb.run(&["runs"]);
     assert_eq!(out.code, Some(3), "{}", out.stderr);
-    assert!(out.stderr.contains("corrupt"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("is not a SQLite database"),
+        "{}",
+        out.stderr
+    );
     std::fs::remove_file(sb.home().join("sluice.db")).expect("remove");
     // A store another process holds past the timeout.
     assert_eq!(sb.run(&["runs"]).code, Some(0));
+    assert_eq!(
+        sb.run(&["run", "p.yaml"]).code,
+        Some(0),
+        "the store is made"
+    );
     let mut holder = std::process::Command::new("python3")
         .args([
             "-c",

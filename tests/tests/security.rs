@@ -115,8 +115,10 @@ fn a_step_gets_a_clean_environment_not_the_servers() {
     }
 }
 
-/// The Cluster's `runtime.passEnv` names what else of the engine's environment steps get:
-/// names, and prefixes ending in `*`; nothing beyond them.
+/// The Cluster's `runtime.passEnv` names what else of a server's environment steps get:
+/// names, and prefixes ending in `*`; nothing beyond them. An embedded `sluice run`, on the
+/// user's own machine and for the user, passes the user's environment on, but for the
+/// engine's own secrets.
 #[test]
 fn pass_env_adds_only_the_names_it_lists() {
     let sb = Sandbox::new("sec-passenv");
@@ -132,18 +134,42 @@ spec:
     passEnv: [HF_HOME, WANDB_*]
 "#,
     );
+    let (_, member) = token(&sb, "teama", "member", &[]);
+    let vars = [
+        ("HF_HOME", "/data/hf"),
+        ("WANDB_PROJECT", "sluice"),
+        ("WANDBX", "not a match"),
+        ("NOT_LISTED", "kept out"),
+    ];
+    let server = Server::start_with(&sb, &["--cluster", cluster.to_str().expect("utf-8")], &vars);
+    server.wait_ready();
+    let id = submit(&server, &member, SHOW_ENV);
+    assert_eq!(wait_ended(&server, &member, &id), "Succeeded");
+    let log = server
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{id}/logs?step=env"),
+            Some(&member),
+            None,
+        )
+        .text();
+    let names = names_in(&log);
+    assert!(log.contains("HF_HOME=/data/hf"), "{log}");
+    assert!(log.contains("WANDB_PROJECT=sluice"), "{log}");
+    for absent in ["WANDBX", "NOT_LISTED"] {
+        assert!(
+            !names.contains(&absent.to_owned()),
+            "{absent} passed:\n{log}"
+        );
+    }
+    drop(server);
+
+    // Embedded: the user's variables, not the engine's secrets.
     let file = sb.write("p.yaml", SHOW_ENV);
     let out = sb
-        .cmd(&[
-            "run",
-            file.to_str().expect("utf-8"),
-            "--cluster",
-            cluster.to_str().expect("utf-8"),
-        ])
-        .env("HF_HOME", "/data/hf")
-        .env("WANDB_PROJECT", "sluice")
-        .env("WANDBX", "not a match")
-        .env("NOT_LISTED", "kept out")
+        .cmd(&["run", file.to_str().expect("utf-8")])
+        .env("NOT_LISTED", "the user's own")
+        .env("SLUICE_TOKEN", "sluice_not_for_steps")
         .output()
         .expect("sluice run");
     assert_eq!(
@@ -154,19 +180,19 @@ spec:
     );
     let logs = sb.run(&["logs", "@latest", "env"]);
     let names = names_in(&logs.stdout);
-    assert!(logs.stdout.contains("HF_HOME=/data/hf"), "{}", logs.stdout);
     assert!(
-        logs.stdout.contains("WANDB_PROJECT=sluice"),
+        logs.stdout.contains("NOT_LISTED=the user's own"),
         "{}",
         logs.stdout
     );
-    for absent in ["WANDBX", "NOT_LISTED"] {
+    for hidden in ["SLUICE_TOKEN", "SLUICE_STATE"] {
         assert!(
-            !names.contains(&absent.to_owned()),
-            "{absent} passed:\n{}",
+            !names.contains(&hidden.to_owned()),
+            "{hidden}:\n{}",
             logs.stdout
         );
     }
+
     // A name that is not a variable's is refused at its line.
     let bad = sb.write(
         "bad-cluster.yaml",

@@ -166,10 +166,13 @@ pub struct Launch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Inherit {
-    /// The local executor: only these names; a name ending in `*` passes every variable that
-    /// begins with what comes before it (`LC_*`). The engine writes [`DEFAULT_INHERIT`] and the
-    /// Cluster's `runtime.passEnv`.
+    /// The local executor of a server: only these names; a name ending in `*` passes every
+    /// variable that begins with what comes before it (`LC_*`). The engine writes
+    /// [`DEFAULT_INHERIT`] and the Cluster's `runtime.passEnv`.
     Only(Vec<String>),
+    /// The local executor of an embedded engine (`sluice run` on the user's own machine):
+    /// the user's environment but these names (the engine's own secrets, [`ENGINE_ONLY`]).
+    AllBut(Vec<String>),
     /// Pod mode: the container's environment is the image's and the pod's, so all of it
     /// but the runtime's own variables ([`RUNTIME_ONLY`]).
     AllButRuntime,
@@ -185,6 +188,15 @@ impl Default for Inherit {
 /// program needs to find its tools and speak the user's language, nothing that holds a secret.
 pub const DEFAULT_INHERIT: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "TERM",
+];
+
+/// The engine's variables an embedded run's steps do not get though they get the rest of the
+/// user's environment: the store's URL (with its password) and a server's token.
+pub const ENGINE_ONLY: &[&str] = &[
+    "SLUICE_STATE",
+    "SLUICE_TOKEN",
+    "SLUICE_POD_*",
+    "SLUICE_OBJECTS_*",
 ];
 
 /// The runtime's own variables in pod mode, never passed to the program: the worker's launch
@@ -213,6 +225,9 @@ impl Inherit {
                 match self {
                     Inherit::Only(names) => {
                         name.is_some_and(|n| names.iter().any(|p| env_matches(p, n)))
+                    }
+                    Inherit::AllBut(names) => {
+                        name.is_none_or(|n| !names.iter().any(|p| env_matches(p, n)))
                     }
                     Inherit::AllButRuntime => {
                         name.is_none_or(|n| !RUNTIME_ONLY.iter().any(|p| env_matches(p, n)))
@@ -424,6 +439,22 @@ mod inherit_tests {
             names.push("WANDB_*".into());
         }
         assert_eq!(names(more.select(own)), ["PATH", "LC_ALL", "WANDB_API_KEY"]);
+    }
+
+    #[test]
+    fn an_embedded_run_passes_the_user_s_environment_but_the_engine_s_secrets() {
+        let own = env(&[
+            ("PATH", "/bin"),
+            ("LD_LIBRARY_PATH", "/usr/local/cuda/lib64"),
+            ("SLUICE_STATE", "postgres://u:p@h/db"),
+            ("SLUICE_TOKEN", "t"),
+            ("SLUICE_HOME", "/h"),
+        ]);
+        let inherit = Inherit::AllBut(ENGINE_ONLY.iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(
+            names(inherit.select(own)),
+            ["PATH", "LD_LIBRARY_PATH", "SLUICE_HOME"]
+        );
     }
 
     #[test]

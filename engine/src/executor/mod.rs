@@ -145,6 +145,20 @@ pub struct Settings {
     /// The engine's variables a step inherits beyond the default allow-list
     /// (`runtime.passEnv`; the local executor's, see `contract::Inherit`).
     pub pass_env: Vec<String>,
+    /// Whose environment steps start from on the local executor.
+    pub environment: StepEnvironment,
+}
+
+/// What a step's program inherits of the engine's environment on the local executor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepEnvironment {
+    /// An embedded engine's (`sluice run` on the user's machine, for the user): the user's
+    /// environment, but the engine's own secrets (`contract::ENGINE_ONLY`).
+    #[default]
+    User,
+    /// A server's, for many teams: the default allow-list and `runtime.passEnv` only, never
+    /// the server's own variables.
+    Allowed,
 }
 
 impl Default for Settings {
@@ -154,6 +168,7 @@ impl Default for Settings {
             grace_period: Duration::from_secs(30),
             keep_checkpoints: 3,
             pass_env: Vec::new(),
+            environment: StepEnvironment::User,
         }
     }
 }

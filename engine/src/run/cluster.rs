@@ -228,6 +228,7 @@ impl Scheduling {
             grace_period: self.spec.scheduling.grace_period,
             keep_checkpoints: self.spec.runtime.keep_checkpoints as usize,
             pass_env: self.spec.runtime.pass_env.clone(),
+            environment: crate::executor::StepEnvironment::default(),
         }
     }
 

@@ -329,13 +329,21 @@ pub fn build(
         ),
         metrics_stdout: step.metrics_stdout,
         collect: step.collect.clone(),
-        inherit: contract::Inherit::Only(
-            contract::DEFAULT_INHERIT
-                .iter()
-                .map(|s| (*s).to_owned())
-                .chain(settings.pass_env.iter().cloned())
-                .collect(),
-        ),
+        inherit: match settings.environment {
+            crate::executor::StepEnvironment::Allowed => contract::Inherit::Only(
+                contract::DEFAULT_INHERIT
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .chain(settings.pass_env.iter().cloned())
+                    .collect(),
+            ),
+            crate::executor::StepEnvironment::User => contract::Inherit::AllBut(
+                contract::ENGINE_ONLY
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+            ),
+        },
     })
 }
 

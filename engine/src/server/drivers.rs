@@ -150,7 +150,7 @@ impl Drivers {
                 return;
             }
         };
-        let driver = match opened {
+        let mut driver = match opened {
             Ok(d) => d,
             Err(Ending::Busy(holder)) => {
                 tracing::debug!("run {id} is driven by the engine {holder}");
@@ -158,6 +158,9 @@ impl Drivers {
             }
             Err(_) => return,
         };
+        // Steps of a server's runs start from the allow-list, never the server's own
+        // environment (its store's URL, its token, its object store's credentials).
+        driver.set_step_environment(crate::executor::StepEnvironment::Allowed);
         tracing::info!("driving run {id}");
         match driver.drive(&mut run::driver::Silent, Some(rx)).await {
             Ok(Ending::Ended(state)) => {

@@ -54,6 +54,11 @@ impl Principal {
         }
     }
 
+    /// A principal of every team (`*`): an admin's token of team `*`.
+    pub fn every_team(role: Role) -> Self {
+        Principal { team: None, role }
+    }
+
     pub fn new(team: impl Into<String>, role: Role) -> Self {
         Principal {
             team: Some(team.into()),
@@ -126,10 +131,7 @@ mod tests {
         let viewer = Principal::new("vision", Role::Viewer);
         let member = Principal::new("vision", Role::Member);
         let team_admin = Principal::new("ops", Role::Admin);
-        let every = Principal {
-            team: None,
-            role: Role::Admin,
-        };
+        let every = Principal::every_team(Role::Admin);
         let local = Principal::local();
 
         assert!(viewer.sees("vision") && !viewer.may_change("vision"));

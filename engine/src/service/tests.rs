@@ -346,11 +346,19 @@ async fn another_teams_run_does_not_exist_for_a_member_but_does_for_an_admin() {
     let listed = h.service.list(&me, &other).await.expect("list");
     assert!(listed.runs.is_empty() && listed.any);
 
-    let admin = Principal::new("ops", Role::Admin);
+    // An admin of one team is that team's: the other's run does not exist for it.
+    let team_admin = Principal::new("ops", Role::Admin);
+    let e = h
+        .service
+        .status(&team_admin, &theirs)
+        .await
+        .expect_err("another team's run");
+    assert_eq!(e.status_code(), 404);
+    let admin = Principal::every_team(Role::Admin);
     h.service
         .status(&admin, &theirs)
         .await
-        .expect("an admin sees it");
+        .expect("an admin of every team sees it");
     h.service
         .cancel(&admin, &theirs)
         .await

@@ -206,6 +206,11 @@ impl Driver<Chosen> {
     /// holds it. A run with a Cluster is scheduled by this process's scheduler of that
     /// Cluster, from `schedulers` (the process's, over `store`). The time is read from
     /// `clock`.
+    /// Whose environment this run's steps start from (a server's drivers: the allow-list).
+    pub fn set_step_environment(&mut self, environment: executor::StepEnvironment) {
+        self.settings.environment = environment;
+    }
+
     pub async fn open(
         store: Store,
         run_id: &str,
