@@ -296,7 +296,11 @@ async fn a_team_bound_principal_sees_its_own_team_only() {
             ..UsageQuery::default()
         };
         // Another team's usage is out of its scope: said, not answered with zeros.
-        let e = h.service.usage(&who, &other).await.expect_err("another team");
+        let e = h
+            .service
+            .usage(&who, &other)
+            .await
+            .expect_err("another team");
         assert_eq!(e.status_code(), 403);
     }
     let admin = Principal::every_team(Role::Admin);
