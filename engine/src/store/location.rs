@@ -248,14 +248,10 @@ async fn connect_sqlite(file: &Path, home: &Path, verify: bool) -> Result<Store,
     // that the engine goes on writing into.
     // That first connection also says what is wrong with a file that is there (corrupt,
     // locked): a pool only says it timed out.
-    let mode = match what_is_at(file)? {
-        At::Nothing => {
-            create_private(file)?;
-            "rw"
-        }
-        At::Sqlite => "rw",
-    };
-    let mut first = AnyConnection::connect(&sqlite_url(file, mode)).await?;
+    if let At::Nothing = what_is_at(file)? {
+        create_initialized(file).await?;
+    }
+    let mut first = AnyConnection::connect(&sqlite_url(file, "rw")).await?;
     if verify {
         super::health::quick_check(&mut first, file).await?;
     }
@@ -325,6 +321,33 @@ fn what_is_at(file: &Path) -> Result<At, Error> {
         )));
     }
     Ok(At::Sqlite)
+}
+
+/// Creates a new store at `file`, whole or not at all: made under another name (readable by
+/// its owner only, switched to WAL), then renamed into place, so that an engine killed while
+/// making it leaves no empty `sluice.db` (which would be refused) but at most a stray file of
+/// its own name.
+async fn create_initialized(file: &Path) -> Result<(), Error> {
+    let mut name = file.as_os_str().to_owned();
+    name.push(format!(".new-{}", std::process::id()));
+    let fresh = PathBuf::from(name);
+    let _ = std::fs::remove_file(&fresh);
+    create_private(&fresh)?;
+    let mut conn = AnyConnection::connect(&sqlite_url(&fresh, "rw")).await?;
+    conn.execute("PRAGMA journal_mode = WAL").await?;
+    conn.close().await?;
+    for suffix in ["-wal", "-shm"] {
+        let mut side = fresh.as_os_str().to_owned();
+        side.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(side));
+    }
+    std::fs::rename(&fresh, file).map_err(|e| {
+        let _ = std::fs::remove_file(&fresh);
+        Error::Unavailable(format!(
+            "cannot create the state store {}: {e}",
+            file.display()
+        ))
+    })
 }
 
 /// Creates a new database file readable and writable by its owner only; SQLite gives its
