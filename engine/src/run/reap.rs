@@ -31,6 +31,25 @@ pub struct Collected {
     pub runs: usize,
 }
 
+/// [`collect`] for a driver whose steps wait for room, at most once a second in this process
+/// however many drivers wait: each collection reads every running attempt of the home.
+pub async fn collect_now_and_then(
+    store: &Store,
+    clock: &dyn Clock,
+) -> Result<Collected, store::Error> {
+    static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    {
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+            return Ok(Collected::default());
+        }
+        *last = Some(std::time::Instant::now());
+    }
+    collect(store, None, clock).await
+}
+
 /// Records the ends of the attempts of runs whose engine is gone (except run `except`, the
 /// caller's own), judged at `clock`'s time. Errors reading one attempt's folder leave that
 /// attempt for the next time.

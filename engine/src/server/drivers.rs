@@ -185,17 +185,18 @@ impl Drivers {
         };
         let now = self.service.clock().now_ms();
         let me = run::engine::me(now + run::engine::LEASE_MS);
-        let runs = store.runs(None, Some(rs::RUNNING), i64::MAX).await?;
-        for r in runs {
-            let free = match r.holder() {
+        // This process's own runs are driven already: only the others are read.
+        let runs = store.running_not_held_by(&me.owner).await?;
+        for (id, holder) in runs {
+            let free = match holder {
                 None => true,
                 Some(h) if previous == Some(h.owner.as_str()) => {
-                    store.take_lease(&r.id, &me, |_| true, true).await?.is_ok()
+                    store.take_lease(&id, &me, |_| true, true).await?.is_ok()
                 }
-                Some(h) => h.owner == me.owner || !run::engine::alive(&h, now),
+                Some(h) => !run::engine::alive(&h, now),
             };
             if free {
-                self.drive(&r.id);
+                self.drive(&id);
             }
         }
         Ok(())
@@ -211,6 +212,8 @@ impl Drivers {
     ) {
         let mut previous: Option<String> = None;
         let mut handled: Option<Elected> = None;
+        // Runs created or reopened by another process (or let go by this one's renewal).
+        let mut adoptable = self.service.store().adoptable();
         // The schedule loop of the current lead: its way to be stopped, and its task.
         let mut ticks: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> = None;
         loop {
@@ -253,6 +256,7 @@ impl Drivers {
                 _ = stop.wait_for(|s| *s) => break,
                 _ = lead.changed() => {}
                 () = self.wake.notified() => {}
+                _ = adoptable.changed() => {}
                 () = tokio::time::sleep(ADOPT_EVERY) => {}
             }
         }

@@ -342,6 +342,8 @@ impl Store {
             let done = done.rows_affected() > 0;
             if done && let Some((run, max_queued)) = run {
                 insert_run(&mut tx, run, *max_queued).await?;
+                super::feed::record(&mut tx, self.dialect, super::feed::Kind::Created, &run.id)
+                    .await?;
             }
             written.push(done);
         }

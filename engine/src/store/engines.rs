@@ -63,6 +63,33 @@ impl Store {
         Ok(())
     }
 
+    /// The running runs whose lease is not `owner`'s, with their holders: what a server may
+    /// have to adopt (read through an index, without the runs' rows).
+    pub async fn running_not_held_by(
+        &self,
+        owner: &str,
+    ) -> Result<Vec<(String, Option<Holder>)>, Error> {
+        let rows = sqlx::query(
+            "SELECT id, lease_owner, lease_until, lease_started FROM runs WHERE state = 'Running' AND (lease_owner IS NULL OR lease_owner <> $1)",
+        )
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let r = Reader::new(row, "a running run's lease");
+                Ok((
+                    r.get("id")?,
+                    Holder::of(
+                        r.get("lease_owner")?,
+                        r.get("lease_until")?,
+                        r.get("lease_started")?,
+                    ),
+                ))
+            })
+            .collect()
+    }
+
     /// Records the ends of attempts `ended` (run id, attempt row with its end) found by a
     /// process that does not drive their runs, so that what they held is free again. Only
     /// rows still `Running` change: the run's own engine, if it came back and recorded the end
@@ -77,6 +104,7 @@ impl Store {
             let n = end_running_attempt(&mut tx, run, a).await?;
             if n > 0 {
                 changed += n;
+                super::feed::record(&mut tx, self.dialect, super::feed::Kind::Freed, run).await?;
                 insert_events(
                     &mut tx,
                     run,
@@ -94,6 +122,9 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
+        if changed > 0 {
+            self.feed.note(super::feed::Kind::Freed, "");
+        }
         Ok(changed)
     }
 }

@@ -85,6 +85,7 @@ impl Store {
             return Err(Error::KeyTaken);
         }
         super::runs::insert_run(&mut tx, run, max_queued).await?;
+        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Created, &run.id).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -205,7 +205,7 @@ fn unavailable(dir: &Path, what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// A SQLite URL for `file` (`mode`: `rw` or `rwc`), its path percent-encoded.
-fn sqlite_url(file: &Path, mode: &str) -> String {
+pub(super) fn sqlite_url(file: &Path, mode: &str) -> String {
     let mut encoded = String::new();
     for c in file.display().to_string().chars() {
         match c {
@@ -265,6 +265,11 @@ async fn connect_sqlite(file: &Path, home: &Path, verify: bool) -> Result<Store,
         shown: file.display().to_string(),
         fence: None,
         file: Some(file.to_owned()),
+        feed: std::sync::Arc::new(super::feed::Feed::new(Some(super::feed::Source::Sqlite(
+            file.to_owned(),
+        )))),
+        room: std::sync::Arc::default(),
+        leases: std::sync::Arc::default(),
     };
     migrate_sqlite(&store).await?;
     // A connection that read the schema before a migration changed it may prepare a
@@ -465,6 +470,11 @@ async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, E
         shown,
         fence: None,
         file: None,
+        feed: std::sync::Arc::new(super::feed::Feed::new(Some(super::feed::Source::Postgres(
+            url.to_owned(),
+        )))),
+        room: std::sync::Arc::default(),
+        leases: std::sync::Arc::default(),
     };
     // sqlx's migrator takes a PostgreSQL advisory lock itself: servers starting at once take
     // turns.

@@ -14,13 +14,16 @@
 
 mod applied;
 mod engines;
+pub mod feed;
 mod health;
 mod housekeeping;
 mod idempotency;
 mod leader;
+mod leases;
 mod load;
 mod location;
 mod read;
+mod room;
 mod rows;
 mod runs;
 mod scheduling;
@@ -39,8 +42,10 @@ pub use engines::Orphan;
 pub use housekeeping::Marked;
 pub use idempotency::{Key as IdempotencyKey, Recorded as IdempotentRun};
 pub use leader::Leadership;
+pub use leases::Kept;
 pub use load::Load;
 pub use location::{Location, choose, chosen};
+pub use room::{Need, Ticket};
 pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
 pub use runs::RunQuery;
 pub use scheduling::{Claim, Placed, Rate};
@@ -153,6 +158,12 @@ pub struct Store {
     fence: Option<i64>,
     /// The SQLite file, for the checks a server makes of it at start (`health`).
     file: Option<PathBuf>,
+    /// This process's view of the store's changes (`feed`), shared by its clones.
+    feed: std::sync::Arc<feed::Feed>,
+    /// Who waits for the machine's pool (`room`), shared by its clones.
+    room: std::sync::Arc<room::Room>,
+    /// The leases this process renews (`leases`), shared by its clones.
+    leases: std::sync::Arc<leases::Leases>,
 }
 
 impl Store {

@@ -359,7 +359,14 @@ pub(super) async fn started(
 }
 
 /// Writes `change` inside a transaction.
-pub(super) async fn apply(tx: &mut Tx, run: &str, change: &Change<'_>) -> Result<(), Error> {
+/// Applies `change` inside `tx`; true when it ends an attempt (its room is free), which is
+/// recorded in the outbox too (`feed`), for the caller to say in this process once committed.
+pub(super) async fn apply(
+    tx: &mut Tx,
+    dialect: super::Dialect,
+    run: &str,
+    change: &Change<'_>,
+) -> Result<bool, Error> {
     for s in &change.new_steps {
         insert_step(tx, run, s).await?;
     }
@@ -378,7 +385,15 @@ pub(super) async fn apply(tx: &mut Tx, run: &str, change: &Change<'_>) -> Result
             .execute(&mut **tx)
             .await?;
     }
-    insert_events(tx, run, &change.events).await
+    insert_events(tx, run, &change.events).await?;
+    let freed = change
+        .attempts
+        .iter()
+        .any(|a| a.state != crate::run::state::attempt::RUNNING);
+    if freed {
+        super::feed::record(tx, dialect, super::feed::Kind::Freed, run).await?;
+    }
+    Ok(freed)
 }
 
 /// What the machine's pool holds: shared by every `sluice` on the home.

@@ -33,6 +33,7 @@ impl Store {
     pub async fn create_run(&self, run: &NewRun, max_queued: Option<u64>) -> Result<(), Error> {
         let mut tx = self.write(Lock::Room).await?;
         insert_run(&mut tx, run, max_queued).await?;
+        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Created, &run.id).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -201,8 +202,11 @@ impl Store {
     /// Commits `change` in one transaction.
     pub async fn commit(&self, run: &str, change: Change<'_>) -> Result<(), Error> {
         let mut tx = self.write(Lock::Run(run)).await?;
-        apply(&mut tx, run, &change).await?;
+        let freed = apply(&mut tx, self.dialect, run, &change).await?;
         tx.commit().await?;
+        if freed {
+            self.feed.note(super::feed::Kind::Freed, run);
+        }
         Ok(())
     }
 
@@ -221,7 +225,12 @@ impl Store {
     ) -> Result<Option<Vec<u32>>, Error> {
         let mut tx = self.write(Lock::Room).await?;
         // Changes decided earlier (attempt ends) go first: they may free the room this needs.
-        apply(&mut tx, run, &before).await?;
+        let freed = apply(&mut tx, self.dialect, run, &before).await?;
+        let note = |store: &Store| {
+            if freed {
+                store.feed.note(super::feed::Kind::Freed, run);
+            }
+        };
         // GPUs: the lowest free indices, all or none.
         let mut assigned = Vec::new();
         if gpus > 0 {
@@ -247,6 +256,7 @@ impl Store {
                 .collect();
             if assigned.len() < gpus as usize {
                 tx.commit().await?;
+                note(self);
                 return Ok(None);
             }
         }
@@ -284,10 +294,12 @@ impl Store {
             .rows_affected();
         if inserted == 0 {
             tx.commit().await?;
+            note(self);
             return Ok(None);
         }
         started(&mut tx, run, step, attempt.number).await?;
         tx.commit().await?;
+        note(self);
         Ok(Some(assigned))
     }
 
@@ -339,11 +351,17 @@ impl Store {
         Ok(())
     }
 
+    /// Asks the run's engine to cancel it: recorded, and said to the engine at once (in this
+    /// process) or by the store's change feed (another process).
     pub async fn request_cancel(&self, run: &str) -> Result<(), Error> {
+        let mut tx = self.write(Lock::Run(run)).await?;
         sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE id = $1")
             .bind(run)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Cancel, run).await?;
+        tx.commit().await?;
+        self.feed.note(super::feed::Kind::Cancel, run);
         Ok(())
     }
 
@@ -382,7 +400,9 @@ impl Store {
             }],
         )
         .await?;
+        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Reopened, run).await?;
         tx.commit().await?;
+        self.feed.note(super::feed::Kind::Reopened, run);
         Ok(())
     }
 

@@ -69,7 +69,7 @@ impl Store {
         now: i64,
     ) -> Result<(Vec<Claim>, Vec<Claim>), Error> {
         let mut tx = self.write(Lock::Room).await?;
-        apply(&mut tx, run, &before).await?;
+        let freed = apply(&mut tx, self.dialect, run, &before).await?;
         let mut known = std::collections::HashMap::<String, i64>::new();
         for row in sqlx::query("SELECT step, submitted FROM waiting WHERE run_id = $1")
             .bind(run)
@@ -117,6 +117,9 @@ impl Store {
             .map(waiting_claim)
             .collect::<Result<Vec<_>, Error>>()?;
         tx.commit().await?;
+        if freed {
+            self.feed.note(super::feed::Kind::Freed, run);
+        }
         Ok((held, waiting))
     }
 
@@ -156,10 +159,16 @@ impl Store {
         place: impl FnOnce(&[Claim]) -> Option<String>,
     ) -> Result<Placed, Error> {
         let mut tx = self.write(Lock::Room).await?;
-        apply(&mut tx, run, &before).await?;
+        let freed = apply(&mut tx, self.dialect, run, &before).await?;
         let held = running(&mut tx).await?;
+        let note = |store: &Store| {
+            if freed {
+                store.feed.note(super::feed::Kind::Freed, run);
+            }
+        };
         let Some(gpus) = place(&held) else {
             tx.commit().await?;
+            note(self);
             return Ok(Placed::NoRoom);
         };
         if let Some(Rate {
@@ -183,6 +192,7 @@ impl Store {
                 && next > now
             {
                 tx.commit().await?;
+                note(self);
                 return Ok(Placed::RateLimited { until: next });
             }
             // Burst 1 (a bucket of one token): the next start is one interval after this one.
@@ -215,6 +225,7 @@ impl Store {
             .await?;
         started(&mut tx, run, step, attempt.number).await?;
         tx.commit().await?;
+        note(self);
         Ok(Placed::Started(gpus))
     }
 }

@@ -357,6 +357,15 @@ impl Executor for Local {
             if let Some(event) = self.events.pop_front() {
                 return event;
             }
+            if self.watched.is_empty() {
+                // Nothing to watch: nothing to poll either, until the runtime says something
+                // (a driver whose steps wait costs nothing here).
+                match self.rx.recv().await {
+                    Some(note) => self.on_note(note),
+                    None => std::future::pending::<()>().await,
+                }
+                continue;
+            }
             let beat_at = self.last_beat + self.beat_every();
             let poll_at = if self.watched.values().any(|w| w.ours.is_none()) {
                 self.last_poll + REATTACHED_POLL

@@ -11,11 +11,19 @@ use crate::run::engine::{self, LEASE_MS};
 use crate::run::state::{run as rs, step as st};
 use crate::store::{Change, Event};
 
-/// How often the store is asked whether another process cancelled the run.
-const CANCEL_POLL: Duration = Duration::from_millis(300);
+/// How often a driver looks at its run's requests (a cancel), its deadline and its room even
+/// without news: what bounds the delay of a notification that was lost. Everything else it
+/// learns when it happens: attempts' events from its executor, a cancel from the store's
+/// change feed, room from the pool's queue (`store::room`), a lost lease from the process's
+/// lease renewal (`store::leases`).
+pub const RESYNC: Duration = Duration::from_secs(30);
 /// How often, while steps wait for room, the attempts of runs whose engine died are collected
-/// (`run::reap`), so that what they held is free again.
-const REAP_EVERY: Duration = Duration::from_secs(1);
+/// (`run::reap`), so that what they held is free again (at most once a second per process,
+/// whatever the number of waiting runs).
+const REAP_EVERY: Duration = Duration::from_secs(5);
+/// How often a cluster-mode driver whose steps wait asks the scheduler again without news
+/// (an attempt's end, another run's claims): reservations and rates move with time.
+const CLUSTER_RECHECK: Duration = Duration::from_secs(1);
 
 /// How long until unix time `at` (ms), from `now` (ms).
 fn until(at: i64, now: i64) -> Duration {
@@ -29,8 +37,17 @@ impl<E: Executor> Driver<E> {
         watcher: &mut dyn Watcher,
         mut interrupts: Option<mpsc::UnboundedReceiver<Interrupt>>,
     ) -> Result<Ending, Error> {
-        let mut last_cancel_check = Instant::now();
-        let mut last_lease = Instant::now();
+        // What this run hears of: a cancel (another process's, or this one's service), ends
+        // of attempts anywhere (room), its lease lost.
+        let wake = self.store.wake_of(&self.run.id);
+        let mut freed = self.store.freed();
+        let kept = self.store.keep_lease(
+            &self.run.id,
+            |now| engine::me(now + LEASE_MS),
+            Duration::from_millis((LEASE_MS / 3) as u64),
+        );
+        let mut ticket: Option<crate::store::Ticket> = None;
+        let mut last_resync = Instant::now();
         let mut last_tick = Instant::now();
         let mut last_reap = Instant::now();
         let mut presses = 0;
@@ -39,16 +56,28 @@ impl<E: Executor> Driver<E> {
             self.check_home()?;
             self.advance(watcher).await?;
             if let Some(state) = self.finished() {
+                drop(kept);
                 self.end(&state, watcher).await?;
                 return Ok(Ending::Ended(state));
             }
-            let mut wait = Duration::from_secs(1);
             let now = self.clock.now_ms();
+            let mut wait = RESYNC.saturating_sub(last_resync.elapsed());
             if let Some(nb) = self.next_not_before() {
                 wait = wait.min(until(nb, now));
             }
-            if !self.queued.is_empty() && self.ready_queued() {
-                wait = wait.min(super::start::CAPACITY_POLL);
+            let waiting = !self.queued.is_empty() && self.ready_queued();
+            // The machine's pool: a place in its queue while a step found no room.
+            match (&self.no_room, waiting) {
+                (Some((_, need)), true) => {
+                    if ticket.is_none() {
+                        ticket = Some(self.store.wait_for_room(&self.capacity, *need));
+                    }
+                    wait = wait.min(REAP_EVERY);
+                }
+                _ => ticket = None,
+            }
+            if waiting && self.scheduler.is_some() {
+                wait = wait.min(CLUSTER_RECHECK);
             }
             if let Some(at) = self.rate_wake.filter(|&at| at > now) {
                 // A trial held back by its team's rate limit starts on time, not a poll late.
@@ -57,7 +86,13 @@ impl<E: Executor> Driver<E> {
             if let Some(d) = self.deadline {
                 wait = wait.min(until(d, now));
             }
-            wait = wait.min(CANCEL_POLL);
+            // Sweeps' early stopping reads running trials' curves; a cancel is told again to
+            // what runs (a stop asked of an attempt not yet started).
+            let ticking = !self.live.is_empty() && (self.cancelling || self.early_stopping());
+            let tick = (self.settings.heartbeat_timeout / 4).min(Duration::from_secs(1));
+            if ticking {
+                wait = wait.min(tick.saturating_sub(last_tick.elapsed()));
+            }
             // Nothing more to start now: what was decided is committed before waiting.
             self.flush().await?;
             let interrupt = async {
@@ -66,8 +101,27 @@ impl<E: Executor> Driver<E> {
                     None => std::future::pending().await,
                 }
             };
+            let room = async {
+                match &ticket {
+                    Some(t) => t.ready.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // In cluster mode, another run's end may make room for this one's steps.
+            let cluster_news = async {
+                if waiting && self.scheduler.is_some() {
+                    let _ = freed.changed().await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let mut requested = false;
             tokio::select! {
-                event = self.executor.next_event() => self.on_event(event).await?,
+                event = self.executor.next_event() => {
+                    // An attempt of this run ended: its room is the first free.
+                    self.room_may_be_free = true;
+                    self.on_event(event).await?;
+                }
                 Some(kind) = interrupt => {
                     presses += match kind {
                         Interrupt::Press => 1,
@@ -76,6 +130,7 @@ impl<E: Executor> Driver<E> {
                     if presses >= 2 {
                         self.executor.settle().await;
                         self.flush().await?;
+                        drop(kept);
                         self.store.release_lease(&self.run.id, &self.owner).await?;
                         watcher.note("second interrupt: leaving running steps to `sluice resume`");
                         return Ok(Ending::Detached);
@@ -84,20 +139,27 @@ impl<E: Executor> Driver<E> {
                     self.store.request_cancel(&self.run.id).await?;
                     self.cancel(Reason::Cancel).await;
                 }
+                () = wake.notified() => requested = true,
+                () = room => self.room_may_be_free = true,
+                () = cluster_news => {}
+                () = kept.lost.notified() => {
+                    self.executor.settle().await;
+                    self.flush().await?;
+                    let holder = self.store.run(&self.run.id).await?.lease_owner;
+                    return Ok(Ending::Busy(holder.unwrap_or_else(|| "another engine".into())));
+                }
                 () = tokio::time::sleep(wait) => {}
             }
-            if !self.queued.is_empty() && self.ready_queued() && last_reap.elapsed() >= REAP_EVERY {
+            if ticket.is_some() && last_reap.elapsed() >= REAP_EVERY {
                 // Steps wait for room: room held by runs whose engine died is given back.
                 last_reap = Instant::now();
                 if let Err(e) =
-                    crate::run::reap::collect(&self.store, Some(&self.run.id), self.clock.as_ref())
-                        .await
+                    crate::run::reap::collect_now_and_then(&self.store, self.clock.as_ref()).await
                 {
                     tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
                 }
             }
-            let tick = (self.settings.heartbeat_timeout / 4).min(Duration::from_secs(1));
-            if last_tick.elapsed() >= tick {
+            if ticking && last_tick.elapsed() >= tick {
                 last_tick = Instant::now();
                 self.check_early_stops().await?;
                 if self.cancelling {
@@ -105,39 +167,24 @@ impl<E: Executor> Driver<E> {
                     self.stop_live(Reason::Cancel).await;
                 }
             }
-            if last_cancel_check.elapsed() >= CANCEL_POLL {
-                last_cancel_check = Instant::now();
+            let resync = last_resync.elapsed() >= RESYNC;
+            if requested || resync {
+                if resync {
+                    last_resync = Instant::now();
+                    self.room_may_be_free = true;
+                }
                 if !self.cancelling && self.store.cancel_requested(&self.run.id).await? {
                     watcher.note("the run was cancelled");
                     self.cancel(Reason::Cancel).await;
                 }
-                if let Some(d) = self.deadline
-                    && self.clock.now_ms() >= d
-                    && !self.cancelling
-                {
-                    watcher.note("the run timed out");
-                    self.timed_out = true;
-                    self.cancel(Reason::Timeout).await;
-                }
             }
-            if last_lease.elapsed() >= Duration::from_millis((LEASE_MS / 3) as u64) {
-                last_lease = Instant::now();
-                self.check_home()?;
-                let now = self.clock.now_ms();
-                if let Err(holder) = self
-                    .store
-                    .take_lease(
-                        &self.run.id,
-                        &engine::me(now + LEASE_MS),
-                        |h| engine::alive(h, now),
-                        false,
-                    )
-                    .await?
-                {
-                    self.executor.settle().await;
-                    self.flush().await?;
-                    return Ok(Ending::Busy(holder.owner));
-                }
+            if let Some(d) = self.deadline
+                && self.clock.now_ms() >= d
+                && !self.cancelling
+            {
+                watcher.note("the run timed out");
+                self.timed_out = true;
+                self.cancel(Reason::Timeout).await;
             }
         }
     }

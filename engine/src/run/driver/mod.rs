@@ -165,6 +165,11 @@ pub struct Driver<E: Executor = Chosen> {
     registered: bool,
     /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
     rate_wake: Option<i64>,
+    /// What a queued step needs of the machine's pool, when the last try found no room (it
+    /// then waits in the pool's queue, `store::room`).
+    no_room: Option<(usize, store::Need)>,
+    /// The pool's queue said the blocked step may fit now (or the driver resyncs).
+    room_may_be_free: bool,
     /// Where the time of day comes from (the system's; a test's to set).
     clock: Arc<dyn Clock>,
     /// The state store file's identity (device, inode) when the run was opened: a home removed
@@ -359,6 +364,8 @@ impl<E: Executor> Driver<E> {
             registered: true,
             scheduler,
             rate_wake: None,
+            no_room: None,
+            room_may_be_free: false,
             clock,
         };
         d.cancelling = d.store.cancel_requested(&run_id).await?;
@@ -407,6 +414,11 @@ impl<E: Executor> Driver<E> {
                     self.run.id, row.name, row.step
                 ))
             })
+    }
+
+    /// Whether one of the run's sweeps stops trials early (it reads running trials' curves).
+    fn early_stopping(&self) -> bool {
+        self.sweeps.iter().any(|s| s.spec.early_stopping.is_some())
     }
 
     fn is_on_exit(&self, row: &StepRow) -> bool {

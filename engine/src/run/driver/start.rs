@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use sluice_runtime::contract::{self, End, Launch};
 
@@ -13,9 +12,6 @@ use crate::run::launch::{self, Stop};
 use crate::run::state::{attempt as at, step as st};
 use crate::spec::model::Step;
 use crate::store::{AttemptRow, StepRow};
-
-/// How often a step waiting for CPU or memory held by other runs tries again.
-pub(super) const CAPACITY_POLL: Duration = Duration::from_millis(100);
 
 /// An attempt about to start: its launch prepared by the executor, not yet committed.
 pub(super) struct Ready {
@@ -39,6 +35,19 @@ impl<E: Executor> Driver<E> {
         }
         let limit = self.pipeline.parallelism.map_or(usize::MAX, |p| p as usize);
         let now = self.clock.now_ms();
+        // The step that found no room waits in the pool's queue: it is tried again when the
+        // queue says it may fit (or the driver resyncs), not at every pass of the loop.
+        if let Some((blocked, _)) = self.no_room {
+            let head = self
+                .queued
+                .iter()
+                .copied()
+                .find(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now));
+            if head == Some(blocked) && !std::mem::take(&mut self.room_may_be_free) {
+                return Ok(());
+            }
+        }
+        self.no_room = None;
         // In batches: collecting the whole queue each time would make long queues quadratic.
         loop {
             let room = limit.saturating_sub(self.live.len()).min(64);
@@ -63,6 +72,13 @@ impl<E: Executor> Driver<E> {
                     // No room in the pool: wait for an attempt to end, and say so.
                     let r = &self.step_of(&self.rows[idx])?.resources;
                     let workers = u64::from(r.workers.max(1));
+                    let need = crate::store::Need {
+                        millicpu: i64::try_from(r.millicpu * workers).unwrap_or(i64::MAX),
+                        memory: r
+                            .memory
+                            .map_or(0, |m| i64::try_from(m * workers).unwrap_or(i64::MAX)),
+                        gpus: r.gpu.saturating_mul(r.workers.max(1)),
+                    };
                     let mut needs = vec![format!("{} CPU", (r.millicpu * workers) as f64 / 1000.0)];
                     if let Some(m) = r.memory {
                         needs.push(format!("{} MiB memory", m * workers / (1 << 20)));
@@ -76,6 +92,7 @@ impl<E: Executor> Driver<E> {
                     );
                     let name = self.rows[idx].name.clone();
                     self.show_wait(&name, reason, watcher);
+                    self.no_room = Some((idx, need));
                     return Ok(());
                 }
             }
