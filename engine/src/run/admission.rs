@@ -50,7 +50,19 @@ pub struct Scheduler {
     decided: tokio::sync::Mutex<Option<Decided>>,
     /// Cycles run so far (what tests count).
     cycles: AtomicU64,
+    /// The drivers of this process whose runs wait here, each woken when its run's verdict
+    /// changed (a new cycle decided otherwise for it): a run whose verdict holds costs
+    /// nothing.
+    subscribers: Mutex<HashMap<String, Weak<tokio::sync::Notify>>>,
+    /// The count of attempts' ends (`Store::freed`) the last refresh was for.
+    refreshed: tokio::sync::Mutex<u64>,
+    /// The task that decides again every [`TICK`] while runs wait (time moves decisions:
+    /// reservations, grace periods).
+    ticking: std::sync::atomic::AtomicBool,
 }
+
+/// How often the scheduler decides again while runs wait, without news.
+pub const TICK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Every run's claims as one transaction read them, at `now` (unix ms).
 struct Snapshot {
@@ -79,7 +91,143 @@ impl Scheduler {
             latest: Mutex::new(None),
             decided: tokio::sync::Mutex::new(None),
             cycles: AtomicU64::new(0),
+            subscribers: Mutex::default(),
+            refreshed: tokio::sync::Mutex::new(0),
+            ticking: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Run `run`'s notification of a changed verdict, for its driver (kept while it holds
+    /// it); the scheduler decides again every [`TICK`] over `store`'s claims while any run
+    /// is subscribed.
+    pub fn subscribe(self: &Arc<Self>, run: &str, store: &Store) -> Arc<tokio::sync::Notify> {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut s = self
+                .subscribers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            s.retain(|_, w| w.strong_count() > 0);
+            s.insert(run.to_owned(), Arc::downgrade(&notify));
+        }
+        if !self.ticking.swap(true, Ordering::SeqCst)
+            && let Ok(h) = tokio::runtime::Handle::try_current()
+        {
+            h.spawn(Self::tick(Arc::downgrade(self), store.clone()));
+        }
+        notify
+    }
+
+    /// Decides again every [`TICK`] while a driver is subscribed; ends with the scheduler.
+    async fn tick(me: Weak<Scheduler>, store: Store) {
+        loop {
+            tokio::time::sleep(TICK).await;
+            let Some(s) = me.upgrade() else {
+                return;
+            };
+            let anyone = s
+                .subscribers
+                .lock()
+                .map(|subs| subs.values().any(|w| w.strong_count() > 0))
+                .unwrap_or(false);
+            if !anyone {
+                s.ticking.store(false, Ordering::SeqCst);
+                return;
+            }
+            if let Err(e) = s.decide_again(&store, crate::time::now_ms()).await {
+                tracing::debug!("cannot decide again: {e}");
+            }
+        }
+    }
+
+    /// Wakes the subscribers whose run `after` decides otherwise than `before`.
+    fn tell_changed(&self, before: Option<&Verdicts>, after: &Verdicts) {
+        let s = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (run, notify) in s.iter() {
+            let (old, new) = (before.and_then(|b| b.get(run)), after.get(run));
+            if old != new
+                && let Some(n) = notify.upgrade()
+            {
+                n.notify_one();
+            }
+        }
+    }
+
+    /// After attempts ended (`freed`, the count of ends `Store::freed` says), reads the
+    /// claims again, writing nothing, and decides: one read and one cycle however many
+    /// drivers wait (the first to ask does it; the others find it done).
+    pub async fn refresh(&self, store: &Store, freed: u64, now: i64) -> Result<(), String> {
+        let mut refreshed = self.refreshed.lock().await;
+        if *refreshed >= freed {
+            return Ok(());
+        }
+        *refreshed = freed;
+        self.decide_again(store, now).await
+    }
+
+    /// Reads the claims again, writing nothing, decides, and tells the runs whose verdict
+    /// changed.
+    async fn decide_again(&self, store: &Store, now: i64) -> Result<(), String> {
+        let (held, waiting) = store.read_claims(now).await.map_err(|e| e.to_string())?;
+        let snapshot = {
+            let generation = {
+                let mut w = self.writes.lock().await;
+                *w += 1;
+                *w
+            };
+            let s = Arc::new(Snapshot {
+                generation,
+                held,
+                waiting,
+                now,
+            });
+            *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(s.clone());
+            s
+        };
+        let mut decided = self.decided.lock().await;
+        if decided
+            .as_ref()
+            .is_some_and(|d| d.generation >= snapshot.generation)
+        {
+            return Ok(());
+        }
+        let verdicts = Arc::new(self.cycle(&snapshot)?);
+        self.tell_changed(decided.as_ref().map(|d| d.verdicts.as_ref()), &verdicts);
+        *decided = Some(Decided {
+            generation: snapshot.generation,
+            verdicts,
+        });
+        Ok(())
+    }
+
+    /// The verdict for run `run` from the newest cycle, or a new cycle over the newest claims
+    /// when none decided on them yet; None before any driver wrote.
+    pub async fn decide_latest(&self, run: &str) -> Result<Option<Verdict>, String> {
+        let newest = self
+            .latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(newest) = newest else {
+            return Ok(None);
+        };
+        let written = Written {
+            run: run.to_owned(),
+            snapshot: newest,
+        };
+        self.decide(&written).await.map(Some)
+    }
+
+    /// The generation of the newest claims this scheduler knows.
+    pub fn generation(&self) -> u64 {
+        self.latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |s| s.generation)
     }
 
     /// The Cluster as the scheduler uses it: requests, placement, trial rates.
@@ -133,6 +281,7 @@ impl Scheduler {
                         .clone()
                         .unwrap_or_else(|| written.snapshot.clone());
                     let verdicts = Arc::new(self.cycle(&newest)?);
+                    self.tell_changed(decided.as_ref().map(|d| d.verdicts.as_ref()), &verdicts);
                     *decided = Some(Decided {
                         generation: newest.generation,
                         verdicts: verdicts.clone(),

@@ -124,7 +124,7 @@ impl Nodes {
 }
 
 /// What one cycle decided for one run's steps.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
     /// Step name, the node of each worker.
     pub admit: Vec<(String, Vec<NodeRef>)>,

@@ -26,6 +26,35 @@ pub struct Claim {
     pub dir: Option<String>,
 }
 
+/// The running attempts on the cluster and the waiting steps of live runs (and of `run`,
+/// whatever its lease), in the scheduler's order.
+async fn every_claim(
+    tx: &mut Tx,
+    dialect: super::Dialect,
+    run: &str,
+    now: i64,
+) -> Result<(Vec<Claim>, Vec<Claim>), Error> {
+    let held = running(tx).await?;
+    let sql = format!(
+        "SELECT w.run_id, w.step, w.job, w.submitted FROM waiting w \
+         JOIN runs r ON r.id = w.run_id \
+         JOIN steps s ON s.run_id = w.run_id AND s.name = w.step \
+         WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = $1 OR r.lease_until > $2) \
+         ORDER BY w.submitted, w.{}",
+        dialect.insertion_order()
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(run)
+        .bind(now)
+        .fetch_all(&mut **tx)
+        .await?;
+    let waiting = rows
+        .iter()
+        .map(waiting_claim)
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok((held, waiting))
+}
+
 async fn running(tx: &mut Tx) -> Result<Vec<Claim>, Error> {
     let rows = sqlx::query(
         "SELECT run_id, step, job, nodes, gpus, dir, started_at FROM attempts WHERE state = 'Running' AND job IS NOT NULL",
@@ -98,29 +127,22 @@ impl Store {
             }
             q.execute(&mut *tx).await?;
         }
-        let held = running(&mut tx).await?;
-        let sql = format!(
-            "SELECT w.run_id, w.step, w.job, w.submitted FROM waiting w \
-             JOIN runs r ON r.id = w.run_id \
-             JOIN steps s ON s.run_id = w.run_id AND s.name = w.step \
-             WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = $1 OR r.lease_until > $2) \
-             ORDER BY w.submitted, w.{}",
-            self.dialect().insertion_order()
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(run)
-            .bind(now)
-            .fetch_all(&mut *tx)
-            .await?;
-        let waiting = rows
-            .iter()
-            .map(waiting_claim)
-            .collect::<Result<Vec<_>, Error>>()?;
+        let (held, waiting) = every_claim(&mut tx, self.dialect(), run, now).await?;
         tx.commit().await?;
         if freed {
             self.feed.note(super::feed::Kind::Freed, run);
         }
         Ok((held, waiting))
+    }
+
+    /// What runs and what waits on the cluster now, as [`Store::claims`] reads them, writing
+    /// nothing: a process's scheduler looking again after an attempt ended.
+    pub async fn read_claims(&self, now: i64) -> Result<(Vec<Claim>, Vec<Claim>), Error> {
+        // One transaction, so that both lists are of one moment.
+        let mut tx = self.pool.begin().await?;
+        let claims = every_claim(&mut tx, self.dialect(), "", now).await?;
+        tx.commit().await?;
+        Ok(claims)
     }
 
     /// The waiting steps of `team`'s running runs that the cluster's scheduler considers

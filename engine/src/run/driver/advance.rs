@@ -32,7 +32,7 @@ impl<E: Executor> Driver<E> {
             if self.rows[idx].state != st::PENDING {
                 continue;
             }
-            let step = self.step_of(&self.rows[idx])?.clone();
+            let step = self.step_arc(&self.rows[idx])?;
             let needs = self.needs(&step);
             match transitions::next(
                 &self.facts(),

@@ -16,6 +16,9 @@ use crate::store::{AttemptRow, Change, Event};
 impl<E: Executor> Driver<E> {
     /// What the executor reports of an attempt: its end, or that it is lost.
     pub(super) async fn on_event(&mut self, event: Happened) -> Result<(), Error> {
+        // What this run holds changed: its next turn in cluster mode writes its claims
+        // again and takes a fresh verdict.
+        self.last_mine = None;
         let (attempt, ended) = match event {
             Happened::Ended { attempt, result } => (attempt, Ok(result.map(|r| *r))),
             Happened::Lost { attempt, reason } => (attempt, Err(reason)),
@@ -117,7 +120,7 @@ impl<E: Executor> Driver<E> {
         attempt.reason = Some(reason.clone());
         attempt.ended_at = Some(self.clock.now_rfc3339());
         let idx = self.index_of(name)?;
-        let step = self.step_of(&self.rows[idx])?.clone();
+        let step = self.step_arc(&self.rows[idx])?;
         let outcome = self.decide(idx, &step, attempt.number, Ended::Lost(&reason), None);
         let stopped = outcome.state == st::STOPPED;
         self.apply(idx, outcome);
@@ -159,7 +162,7 @@ impl<E: Executor> Driver<E> {
             handle,
         } = live;
         let idx = self.index_of(name)?;
-        let step = self.step_of(&self.rows[idx])?.clone();
+        let step = self.step_arc(&self.rows[idx])?;
         crate::run::reap::record_end(&mut attempt, &result);
         if !result.metrics.is_empty() {
             let mut metrics: BTreeMap<String, f64> = self.rows[idx]

@@ -21,9 +21,14 @@ pub const RESYNC: Duration = Duration::from_secs(30);
 /// (`run::reap`), so that what they held is free again (at most once a second per process,
 /// whatever the number of waiting runs).
 const REAP_EVERY: Duration = Duration::from_secs(5);
-/// How often a cluster-mode driver whose steps wait asks the scheduler again without news
-/// (an attempt's end, another run's claims): reservations and rates move with time.
-const CLUSTER_RECHECK: Duration = Duration::from_secs(1);
+
+/// What a cluster-mode driver waiting for room heard.
+enum ClusterNews {
+    /// An attempt ended somewhere (the count of ends so far).
+    Freed(u64),
+    /// The scheduler decided otherwise for this run.
+    Verdict,
+}
 
 /// How long until unix time `at` (ms), from `now` (ms).
 fn until(at: i64, now: i64) -> Duration {
@@ -47,6 +52,11 @@ impl<E: Executor> Driver<E> {
             Duration::from_millis((LEASE_MS / 3) as u64),
         );
         let mut ticket: Option<crate::store::Ticket> = None;
+        // Cluster mode: told when this run's verdict changed.
+        let verdicts = self
+            .scheduler
+            .as_ref()
+            .map(|s| s.subscribe(&self.run.id, &self.store));
         let mut last_resync = Instant::now();
         let mut last_tick = Instant::now();
         let mut last_reap = Instant::now();
@@ -76,9 +86,7 @@ impl<E: Executor> Driver<E> {
                 }
                 _ => ticket = None,
             }
-            if waiting && self.scheduler.is_some() {
-                wait = wait.min(CLUSTER_RECHECK);
-            }
+            let cluster_waiting = waiting && self.scheduler.is_some();
             if let Some(at) = self.rate_wake.filter(|&at| at > now) {
                 // A trial held back by its team's rate limit starts on time, not a poll late.
                 wait = wait.min(until(at, now));
@@ -107,12 +115,15 @@ impl<E: Executor> Driver<E> {
                     None => std::future::pending().await,
                 }
             };
-            // In cluster mode, another run's end may make room for this one's steps.
+            // In cluster mode: an attempt's end anywhere (the scheduler looks again, once for
+            // every waiting run), or this run's verdict changed.
             let cluster_news = async {
-                if waiting && self.scheduler.is_some() {
-                    let _ = freed.changed().await;
-                } else {
-                    std::future::pending::<()>().await;
+                match (&verdicts, cluster_waiting) {
+                    (Some(v), true) => tokio::select! {
+                        _ = freed.changed() => ClusterNews::Freed(*freed.borrow_and_update()),
+                        () = v.notified() => ClusterNews::Verdict,
+                    },
+                    _ => std::future::pending().await,
                 }
             };
             let mut requested = false;
@@ -141,14 +152,25 @@ impl<E: Executor> Driver<E> {
                 }
                 () = wake.notified() => requested = true,
                 () = room => self.room_may_be_free = true,
-                () = cluster_news => {}
+                news = cluster_news => match news {
+                    ClusterNews::Verdict => self.verdict_news = true,
+                    ClusterNews::Freed(count) => {
+                        if let Some(s) = self.scheduler.clone()
+                            && let Err(e) = s.refresh(&self.store, count, self.clock.now_ms()).await
+                        {
+                            tracing::warn!("cannot look at the cluster again: {e}");
+                        }
+                    }
+                },
                 () = kept.lost.notified() => {
                     self.executor.settle().await;
                     self.flush().await?;
                     let holder = self.store.run(&self.run.id).await?.lease_owner;
                     return Ok(Ending::Busy(holder.unwrap_or_else(|| "another engine".into())));
                 }
-                () = tokio::time::sleep(wait) => {}
+                // A timer this run asked for (a backoff, its trial rate, a resync): what it
+                // waits for may be due, so it asks the scheduler again too.
+                () = tokio::time::sleep(wait) => self.verdict_news = true,
             }
             if ticket.is_some() && last_reap.elapsed() >= REAP_EVERY {
                 // Steps wait for room: room held by runs whose engine died is given back.

@@ -125,6 +125,9 @@ pub struct Driver<E: Executor = Chosen> {
     run: RunRow,
     pipeline: Pipeline,
     step_index: HashMap<String, usize>,
+    /// The pipeline's steps, shared: what a row's decision reads is its step, and a step may
+    /// hold a fan-out's 100,000 items, which must not be copied for each of them.
+    steps: Vec<Arc<Step>>,
     params: BTreeMap<String, crate::spec::model::ParamValue>,
     rows: Vec<StepRow>,
     by_name: HashMap<String, usize>,
@@ -163,6 +166,11 @@ pub struct Driver<E: Executor = Chosen> {
     cluster_mode: bool,
     /// Cluster mode: whether this run has steps in the store's waiting list.
     registered: bool,
+    /// The waiting claims this run last wrote for the scheduler (cluster mode): while they
+    /// hold and nothing is pending, it writes nothing, and asks for a verdict only when the
+    /// scheduler says its verdict changed (`verdict_news`).
+    last_mine: Option<Vec<(String, String)>>,
+    verdict_news: bool,
     /// Cluster mode: when a trial held back by its team's rate limit may start (unix ms).
     rate_wake: Option<i64>,
     /// What a queued step needs of the machine's pool, when the last try found no room (it
@@ -311,6 +319,7 @@ impl<E: Executor> Driver<E> {
             .enumerate()
             .map(|(i, s)| (s.name.clone(), i))
             .collect();
+        let steps = pipeline.steps.iter().cloned().map(Arc::new).collect();
         let capacity = executor.capacity().clone();
         let mut d = Driver {
             store,
@@ -327,6 +336,7 @@ impl<E: Executor> Driver<E> {
             run,
             pipeline,
             step_index,
+            steps,
             params,
             rows: Vec::new(),
             by_name: HashMap::new(),
@@ -362,6 +372,8 @@ impl<E: Executor> Driver<E> {
             cluster_mode: scheduler.is_some(),
             // A run resumed may have rows there from its last engine: cleared at the first cycle.
             registered: true,
+            last_mine: None,
+            verdict_news: false,
             scheduler,
             rate_wake: None,
             no_room: None,
@@ -405,9 +417,18 @@ impl<E: Executor> Driver<E> {
 
     /// The step `row` is an instance of (every row's step is checked when the run is opened).
     fn step_of(&self, row: &StepRow) -> Result<&Step, Error> {
+        self.shared_step(row).map(|s| &**s)
+    }
+
+    /// Row `row`'s step, to keep while the driver changes (shared, not copied).
+    fn step_arc(&self, row: &StepRow) -> Result<Arc<Step>, Error> {
+        self.shared_step(row).cloned()
+    }
+
+    fn shared_step(&self, row: &StepRow) -> Result<&Arc<Step>, Error> {
         self.step_index
             .get(&row.step)
-            .and_then(|&i| self.pipeline.steps.get(i))
+            .and_then(|&i| self.steps.get(i))
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "run {}: row '{}' is of step '{}', which its pipeline does not have",

@@ -179,6 +179,10 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty() && self.attempts.is_empty() && self.events.is_empty()
+    }
+
     /// What is pending, as a change to commit first in another transaction (the events are
     /// moved into it).
     pub fn change(&mut self) -> Change<'_> {

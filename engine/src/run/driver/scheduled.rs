@@ -137,12 +137,32 @@ impl<E: Executor> Driver<E> {
             mine.push((self.rows[idx].name.clone(), json));
             asks.insert(self.rows[idx].name.clone(), (ask, mine.len() - 1));
         }
-        let mut pending = std::mem::take(&mut self.pending);
-        let before = pending.change();
-        let verdict = scheduler
-            .verdict(&self.store, &self.run.id, before, &mine, now)
-            .await?
-            .map_err(Error::Invalid)?;
+        // Nothing of this run changed since it last wrote: the newest cycle's verdict, when
+        // the scheduler said it changed, else nothing to do.
+        let unchanged = self.pending.is_empty() && self.last_mine.as_ref() == Some(&mine);
+        let news = std::mem::take(&mut self.verdict_news);
+        let verdict = if unchanged {
+            if !news {
+                return Ok(());
+            }
+            match scheduler
+                .decide_latest(&self.run.id)
+                .await
+                .map_err(Error::Invalid)?
+            {
+                Some(v) => v,
+                None => return Ok(()),
+            }
+        } else {
+            let mut pending = std::mem::take(&mut self.pending);
+            let before = pending.change();
+            let verdict = scheduler
+                .verdict(&self.store, &self.run.id, before, &mine, now)
+                .await?
+                .map_err(Error::Invalid)?;
+            self.last_mine = Some(mine);
+            verdict
+        };
         // Victims are told once their preemption is committed (its event), each once.
         let mut victims = Vec::new();
         for (dir, run, step, for_step) in &verdict.preempt {
@@ -268,8 +288,14 @@ impl<E: Executor> Driver<E> {
                 let assigned: Vec<u32> = gpus.split(',').filter_map(|g| g.parse().ok()).collect();
                 self.launch_started(idx, ready, assigned, watcher).await?;
             }
-            // Another engine took the room first: it waits for the next cycle.
-            Placed::NoRoom => self.executor.discard(&ready.handle).await,
+            // Another engine took the room first: it waits for the next cycle, and writes its
+            // claims again then.
+            Placed::NoRoom => {
+                self.executor.discard(&ready.handle).await;
+                self.last_mine = None;
+                // Woken to try again soon even if the cycle goes on deciding the same.
+                self.rate_wake = Some(self.clock.now_ms() + 500);
+            }
             Placed::RateLimited { until } => {
                 self.executor.discard(&ready.handle).await;
                 self.rate_wake = Some(until);

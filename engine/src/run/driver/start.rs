@@ -153,7 +153,7 @@ impl<E: Executor> Driver<E> {
         idx: usize,
         watcher: &mut dyn Watcher,
     ) -> Result<Option<Box<Ready>>, Error> {
-        let step = self.step_of(&self.rows[idx])?.clone();
+        let step = self.step_arc(&self.rows[idx])?;
         let number = self.rows[idx].attempts + 1;
         let id = self.attempt_id(&self.rows[idx].name, number);
         let built = launch::build(
@@ -223,6 +223,7 @@ impl<E: Executor> Driver<E> {
         assigned: Vec<u32>,
         watcher: &mut dyn Watcher,
     ) -> Result<(), Error> {
+        self.last_mine = None;
         let Ready {
             mut launch,
             id,
