@@ -134,7 +134,7 @@ impl Scheduler {
                 s.ticking.store(false, Ordering::SeqCst);
                 return;
             }
-            if let Err(e) = s.decide_again(&store, crate::time::now_ms()).await {
+            if let Err(e) = s.decide_again(&store, store.at().ms).await {
                 tracing::debug!("cannot decide again: {e}");
             }
         }

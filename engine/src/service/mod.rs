@@ -56,7 +56,8 @@ pub struct Service {
 impl Service {
     pub fn new(store: Store, clock: Arc<dyn Clock>) -> Self {
         Service {
-            store,
+            // The times the store writes are the service's clock's.
+            store: store.with_clock(clock.clone()),
             clock,
             shows_home: true,
             days: Arc::default(),
@@ -66,7 +67,7 @@ impl Service {
     /// The service as a server offers it to its clients: messages do not name its folders.
     pub fn for_clients(store: Store, clock: Arc<dyn Clock>) -> Self {
         Service {
-            store,
+            store: store.with_clock(clock.clone()),
             clock,
             shows_home: false,
             days: Arc::default(),

@@ -341,9 +341,15 @@ impl Store {
             .await?;
             let done = done.rows_affected() > 0;
             if done && let Some((run, max_queued)) = run {
-                insert_run(&mut tx, run, *max_queued).await?;
-                super::feed::record(&mut tx, self.dialect, super::feed::Kind::Created, &run.id)
-                    .await?;
+                insert_run(&mut tx, run, *max_queued, &self.at()).await?;
+                super::feed::record(
+                    &mut tx,
+                    self.dialect,
+                    super::feed::Kind::Created,
+                    &run.id,
+                    self.at().ms,
+                )
+                .await?;
             }
             written.push(done);
         }

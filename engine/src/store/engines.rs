@@ -52,14 +52,20 @@ impl Store {
             .collect()
     }
 
-    /// Drops the waiting steps of `runs` (their engines are gone).
+    /// Drops the waiting steps of `runs` (their engines are gone), through the fenced write
+    /// path: a deposed leader writes nothing.
     pub async fn forget_waiting(&self, runs: &[String]) -> Result<(), Error> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write(Lock::Room).await?;
         for run in runs {
             sqlx::query("DELETE FROM waiting WHERE run_id = $1")
                 .bind(run)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
         }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -104,7 +110,14 @@ impl Store {
             let n = end_running_attempt(&mut tx, run, a).await?;
             if n > 0 {
                 changed += n;
-                super::feed::record(&mut tx, self.dialect, super::feed::Kind::Freed, run).await?;
+                super::feed::record(
+                    &mut tx,
+                    self.dialect,
+                    super::feed::Kind::Freed,
+                    run,
+                    self.at().ms,
+                )
+                .await?;
                 insert_events(
                     &mut tx,
                     run,
@@ -113,6 +126,7 @@ impl Store {
                         kind: "attempt-collected".into(),
                         detail: Some(a.state.clone()),
                     }],
+                    &self.at().text,
                 )
                 .await?;
             }

@@ -72,11 +72,12 @@ pub(super) async fn record(
     dialect: Dialect,
     kind: Kind,
     run: &str,
+    at_ms: i64,
 ) -> Result<(), Error> {
     sqlx::query("INSERT INTO changes (run_id, kind, at) VALUES ($1, $2, $3)")
         .bind(run)
         .bind(kind.as_str())
-        .bind(crate::time::now_ms())
+        .bind(at_ms)
         .execute(&mut **tx)
         .await?;
     if dialect == Dialect::Postgres {
@@ -234,7 +235,7 @@ impl Store {
     /// Forgets changes older than what any process still needs.
     async fn prune_changes(&self) -> Result<(), Error> {
         sqlx::query("DELETE FROM changes WHERE at < $1")
-            .bind(crate::time::now_ms() - KEPT_MS)
+            .bind(self.at().ms - KEPT_MS)
             .execute(&self.pool)
             .await?;
         Ok(())

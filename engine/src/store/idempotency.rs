@@ -84,8 +84,15 @@ impl Store {
         if inserted.rows_affected() == 0 {
             return Err(Error::KeyTaken);
         }
-        super::runs::insert_run(&mut tx, run, max_queued).await?;
-        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Created, &run.id).await?;
+        super::runs::insert_run(&mut tx, run, max_queued, &self.at()).await?;
+        super::feed::record(
+            &mut tx,
+            self.dialect,
+            super::feed::Kind::Created,
+            &run.id,
+            self.at().ms,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -90,7 +90,7 @@ impl Store {
                 Ok(i) => i.runs.keys().cloned().collect(),
                 Err(_) => return,
             };
-            let holder = me(crate::time::now_ms());
+            let holder = me(self.at().ms);
             match self.renew_all(&holder).await {
                 Ok(renewed) => {
                     let registered: HashSet<String> = {

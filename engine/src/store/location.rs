@@ -270,6 +270,7 @@ async fn connect_sqlite(file: &Path, home: &Path, verify: bool) -> Result<Store,
         )))),
         room: std::sync::Arc::default(),
         leases: std::sync::Arc::default(),
+        clock: crate::clock::system(),
     };
     migrate_sqlite(&store).await?;
     // A connection that read the schema before a migration changed it may prepare a
@@ -475,6 +476,7 @@ async fn open_postgres(url: &str, shown: String, home: &Path) -> Result<Store, E
         )))),
         room: std::sync::Arc::default(),
         leases: std::sync::Arc::default(),
+        clock: crate::clock::system(),
     };
     // sqlx's migrator takes a PostgreSQL advisory lock itself: servers starting at once take
     // turns.

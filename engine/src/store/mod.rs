@@ -164,6 +164,15 @@ pub struct Store {
     room: std::sync::Arc<room::Room>,
     /// The leases this process renews (`leases`), shared by its clones.
     leases: std::sync::Arc<leases::Leases>,
+    /// Where the times it writes come from: its caller's clock (`with_clock`), so that tests
+    /// move time rather than sleep.
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
+}
+
+/// A moment as the store writes it, from its clock: RFC 3339 text and unix milliseconds.
+pub(crate) struct At {
+    pub text: String,
+    pub ms: i64,
 }
 
 impl Store {
@@ -204,6 +213,23 @@ impl Store {
             return Ok(None);
         }
         location.open(home, false).await.map(Some)
+    }
+
+    /// This store, writing its times from `clock`.
+    pub fn with_clock(&self, clock: std::sync::Arc<dyn crate::clock::Clock>) -> Store {
+        Store {
+            clock,
+            ..self.clone()
+        }
+    }
+
+    /// Now, by the store's clock.
+    pub(crate) fn at(&self) -> At {
+        let now = self.clock.now();
+        At {
+            text: crate::time::format(now),
+            ms: now.timestamp_millis(),
+        }
     }
 
     pub fn pool(&self) -> &AnyPool {

@@ -292,11 +292,16 @@ async fn write_attempt(
         .rows_affected())
 }
 
-pub(super) async fn insert_events(tx: &mut Tx, run: &str, events: &[Event]) -> Result<(), Error> {
+/// Inserts `events` of run `run`, stamped `at` (the caller's clock).
+pub(super) async fn insert_events(
+    tx: &mut Tx,
+    run: &str,
+    events: &[Event],
+    at: &str,
+) -> Result<(), Error> {
     if events.is_empty() {
         return Ok(());
     }
-    let at = crate::time::now_rfc3339();
     // One statement for them all (the state store is a round trip per statement); chunks keep
     // it under SQLite's limit of bound parameters.
     for chunk in events.chunks(1000) {
@@ -344,6 +349,7 @@ pub(super) async fn started(
     run: &str,
     step: &StepRow,
     number: i64,
+    at: &super::At,
 ) -> Result<(), Error> {
     update_step(tx, run, step).await?;
     insert_events(
@@ -354,6 +360,7 @@ pub(super) async fn started(
             kind: "attempt-started".into(),
             detail: Some(number.to_string()),
         }],
+        &at.text,
     )
     .await
 }
@@ -366,6 +373,7 @@ pub(super) async fn apply(
     dialect: super::Dialect,
     run: &str,
     change: &Change<'_>,
+    at: &super::At,
 ) -> Result<bool, Error> {
     for s in &change.new_steps {
         insert_step(tx, run, s).await?;
@@ -380,18 +388,18 @@ pub(super) async fn apply(
         sqlx::query("UPDATE runs SET state = $1, reason = $2, ended_at = $3 WHERE id = $4")
             .bind(state)
             .bind(reason)
-            .bind(crate::time::now_rfc3339())
+            .bind(&at.text)
             .bind(run)
             .execute(&mut **tx)
             .await?;
     }
-    insert_events(tx, run, &change.events).await?;
+    insert_events(tx, run, &change.events, &at.text).await?;
     let freed = change
         .attempts
         .iter()
         .any(|a| a.state != crate::run::state::attempt::RUNNING);
     if freed {
-        super::feed::record(tx, dialect, super::feed::Kind::Freed, run).await?;
+        super::feed::record(tx, dialect, super::feed::Kind::Freed, run, at.ms).await?;
     }
     Ok(freed)
 }

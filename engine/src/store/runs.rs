@@ -32,8 +32,15 @@ impl Store {
     /// at once cannot both squeeze under the limit.
     pub async fn create_run(&self, run: &NewRun, max_queued: Option<u64>) -> Result<(), Error> {
         let mut tx = self.write(Lock::Room).await?;
-        insert_run(&mut tx, run, max_queued).await?;
-        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Created, &run.id).await?;
+        insert_run(&mut tx, run, max_queued, &self.at()).await?;
+        super::feed::record(
+            &mut tx,
+            self.dialect,
+            super::feed::Kind::Created,
+            &run.id,
+            self.at().ms,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -202,7 +209,7 @@ impl Store {
     /// Commits `change` in one transaction.
     pub async fn commit(&self, run: &str, change: Change<'_>) -> Result<(), Error> {
         let mut tx = self.write(Lock::Run(run)).await?;
-        let freed = apply(&mut tx, self.dialect, run, &change).await?;
+        let freed = apply(&mut tx, self.dialect, run, &change, &self.at()).await?;
         tx.commit().await?;
         if freed {
             self.feed.note(super::feed::Kind::Freed, run);
@@ -225,7 +232,7 @@ impl Store {
     ) -> Result<Option<Vec<u32>>, Error> {
         let mut tx = self.write(Lock::Room).await?;
         // Changes decided earlier (attempt ends) go first: they may free the room this needs.
-        let freed = apply(&mut tx, self.dialect, run, &before).await?;
+        let freed = apply(&mut tx, self.dialect, run, &before, &self.at()).await?;
         let note = |store: &Store| {
             if freed {
                 store.feed.note(super::feed::Kind::Freed, run);
@@ -297,7 +304,7 @@ impl Store {
             note(self);
             return Ok(None);
         }
-        started(&mut tx, run, step, attempt.number).await?;
+        started(&mut tx, run, step, attempt.number, &self.at()).await?;
         tx.commit().await?;
         note(self);
         Ok(Some(assigned))
@@ -342,12 +349,15 @@ impl Store {
         Ok(Ok(()))
     }
 
+    /// Lets run `run`'s lease go (if `owner` holds it), through the fenced write path.
     pub async fn release_lease(&self, run: &str, owner: &str) -> Result<(), Error> {
+        let mut tx = self.write(Lock::Run(run)).await?;
         sqlx::query("UPDATE runs SET lease_owner = NULL, lease_until = NULL, lease_started = NULL WHERE id = $1 AND lease_owner = $2")
             .bind(run)
             .bind(owner)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -359,7 +369,14 @@ impl Store {
             .bind(run)
             .execute(&mut *tx)
             .await?;
-        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Cancel, run).await?;
+        super::feed::record(
+            &mut tx,
+            self.dialect,
+            super::feed::Kind::Cancel,
+            run,
+            self.at().ms,
+        )
+        .await?;
         tx.commit().await?;
         self.feed.note(super::feed::Kind::Cancel, run);
         Ok(())
@@ -398,9 +415,17 @@ impl Store {
                 kind: "retried".into(),
                 detail: None,
             }],
+            &self.at().text,
         )
         .await?;
-        super::feed::record(&mut tx, self.dialect, super::feed::Kind::Reopened, run).await?;
+        super::feed::record(
+            &mut tx,
+            self.dialect,
+            super::feed::Kind::Reopened,
+            run,
+            self.at().ms,
+        )
+        .await?;
         tx.commit().await?;
         self.feed.note(super::feed::Kind::Reopened, run);
         Ok(())
@@ -439,12 +464,15 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets a cache entry (its outputs are gone), through the fenced write path.
     pub async fn delete_cache(&self, team: &str, key: &str) -> Result<(), Error> {
+        let mut tx = self.write(Lock::Room).await?;
         sqlx::query("DELETE FROM cache WHERE team = $1 AND key = $2")
             .bind(team)
             .bind(key)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 }
@@ -463,6 +491,7 @@ pub(super) async fn insert_run(
     tx: &mut super::Tx,
     run: &NewRun,
     max_queued: Option<u64>,
+    at: &super::At,
 ) -> Result<(), Error> {
     if let Some(limit) = max_queued {
         let queued: i64 = sqlx::query(
@@ -496,7 +525,7 @@ pub(super) async fn insert_run(
         .bind(&run.source)
         .bind(&run.document)
         .bind(&run.params)
-        .bind(crate::time::now_rfc3339())
+        .bind(&at.text)
         .bind(&run.cluster)
         .bind(run.applied_version)
         .bind(&run.schedule)
@@ -513,6 +542,7 @@ pub(super) async fn insert_run(
             kind: "created".into(),
             detail: None,
         }],
+        &at.text,
     )
     .await?;
     Ok(())

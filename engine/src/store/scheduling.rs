@@ -98,7 +98,7 @@ impl Store {
         now: i64,
     ) -> Result<(Vec<Claim>, Vec<Claim>), Error> {
         let mut tx = self.write(Lock::Room).await?;
-        let freed = apply(&mut tx, self.dialect, run, &before).await?;
+        let freed = apply(&mut tx, self.dialect, run, &before, &self.at()).await?;
         let mut known = std::collections::HashMap::<String, i64>::new();
         for row in sqlx::query("SELECT step, submitted FROM waiting WHERE run_id = $1")
             .bind(run)
@@ -181,7 +181,7 @@ impl Store {
         place: impl FnOnce(&[Claim]) -> Option<String>,
     ) -> Result<Placed, Error> {
         let mut tx = self.write(Lock::Room).await?;
-        let freed = apply(&mut tx, self.dialect, run, &before).await?;
+        let freed = apply(&mut tx, self.dialect, run, &before, &self.at()).await?;
         let held = running(&mut tx).await?;
         let note = |store: &Store| {
             if freed {
@@ -245,7 +245,7 @@ impl Store {
             .bind(&attempt.step)
             .execute(&mut *tx)
             .await?;
-        started(&mut tx, run, step, attempt.number).await?;
+        started(&mut tx, run, step, attempt.number, &self.at()).await?;
         tx.commit().await?;
         note(self);
         Ok(Placed::Started(gpus))

@@ -230,6 +230,8 @@ impl Driver<Chosen> {
         schedulers: &Schedulers,
         clock: Arc<dyn Clock>,
     ) -> Result<Result<Driver, Ending>, Error> {
+        // The times the store writes are the driver's clock's.
+        let store = store.with_clock(clock.clone());
         let mut run = store.run(run_id).await?;
         if run.state != super::state::run::RUNNING {
             return Ok(Err(Ending::Ended(run.state)));

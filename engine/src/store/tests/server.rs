@@ -170,6 +170,22 @@ conformance!(
         assert_eq!(b, a + 1);
         let refused = fenced.commit("r", change()).await;
         assert!(matches!(refused, Err(Error::Fenced(_))), "{refused:?}");
+        // Every other write of A's engine is refused too: a cancel, a lease let go, a cache
+        // entry forgotten, waiting rows dropped.
+        let fenced_out = |r: Result<(), Error>, what: &str| {
+            assert!(matches!(r, Err(Error::Fenced(_))), "{what}: {r:?}");
+        };
+        fenced_out(fenced.request_cancel("r").await, "request_cancel");
+        fenced_out(fenced.release_lease("r", "1@a").await, "release_lease");
+        fenced_out(fenced.delete_cache("t", "k").await, "delete_cache");
+        fenced_out(
+            fenced.forget_waiting(&["r".to_owned()]).await,
+            "forget_waiting",
+        );
+        assert!(
+            !store.cancel_requested("r").await.expect("read"),
+            "A's cancel was not recorded"
+        );
         assert!(!store.renew_lead(a, "1@a", 40_000).await.expect("renew"));
         assert_eq!(events(&store, "r").await, ["created", "by-a"]);
         store
