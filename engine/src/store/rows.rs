@@ -313,7 +313,7 @@ pub(super) async fn insert_events(
         for e in chunk {
             q = q
                 .bind(run)
-                .bind(at.clone())
+                .bind(at)
                 .bind(e.step.clone())
                 .bind(e.kind.clone())
                 .bind(e.detail.clone());
