@@ -440,8 +440,8 @@ async fn a_team_bound_principal_resolves_over_its_teams_runs_only() {
         .await
         .expect("submit")
         .id;
-    // Runs are dated by the store's (system) clock, to the millisecond: nlp's is newer.
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Runs are dated by the service's clock: nlp's is newer.
+    h.clock.advance(Duration::from_secs(1));
     let theirs = submit(&h, &member("nlp"), PIPELINE)
         .await
         .expect("submit")

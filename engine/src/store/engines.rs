@@ -17,11 +17,14 @@ pub struct Orphan {
 impl Store {
     /// Every attempt still marked running, of every run still marked running.
     pub async fn running_attempts(&self) -> Result<Vec<Orphan>, Error> {
-        let rows = sqlx::query(
-            "SELECT a.*, r.lease_owner AS r_owner, r.lease_until AS r_until, r.lease_started AS r_started, r.cancel_requested AS r_cancel FROM attempts a JOIN runs r ON r.id = a.run_id WHERE a.state = 'Running' AND r.state = 'Running' ORDER BY a.run_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "SELECT a.*, r.lease_owner AS r_owner, {} AS r_until, r.lease_started AS r_started, r.cancel_requested AS r_cancel FROM attempts a JOIN runs r ON r.id = a.run_id {} WHERE a.state = 'Running' AND r.state = 'Running' ORDER BY a.run_id",
+            super::LEASE_UNTIL,
+            super::JOIN_ENGINE
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|row| {
                 let attempt = attempt_row(row)?;
@@ -39,11 +42,14 @@ impl Store {
 
     /// The runs with steps in cluster mode's waiting list, with their leases.
     pub async fn waiting_runs(&self) -> Result<Vec<(String, Option<Holder>)>, Error> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT r.id, r.lease_owner, r.lease_until, r.lease_started FROM waiting w JOIN runs r ON r.id = w.run_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "SELECT DISTINCT r.id, r.lease_owner, {}, r.lease_started FROM waiting w JOIN runs r ON r.id = w.run_id {}",
+            super::LEASE_UNTIL,
+            super::JOIN_ENGINE
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|row| {
                 let r = Reader::new(row, "a run waiting on the cluster");
@@ -75,12 +81,15 @@ impl Store {
         &self,
         owner: &str,
     ) -> Result<Vec<(String, Option<Holder>)>, Error> {
-        let rows = sqlx::query(
-            "SELECT id, lease_owner, lease_until, lease_started FROM runs WHERE state = 'Running' AND (lease_owner IS NULL OR lease_owner <> $1)",
-        )
-        .bind(owner)
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "SELECT r.id, r.lease_owner, {} AS lease_until, r.lease_started FROM runs r {} WHERE r.state = 'Running' AND (r.lease_owner IS NULL OR r.lease_owner <> $1)",
+            super::LEASE_UNTIL,
+            super::JOIN_ENGINE
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(owner)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|row| {
                 let r = Reader::new(row, "a running run's lease");

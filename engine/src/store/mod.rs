@@ -169,6 +169,15 @@ pub struct Store {
     clock: std::sync::Arc<dyn crate::clock::Clock>,
 }
 
+/// When a run's lease ends, as its engine last renewed it: the run's own `lease_until`, or
+/// its engine process's (`engines`, joined as `e` by [`JOIN_ENGINE`]), whichever is later.
+pub(super) const LEASE_UNTIL: &str =
+    "CASE WHEN e.until > COALESCE(r.lease_until, 0) THEN e.until ELSE r.lease_until END";
+
+/// Joins a run (`r`) with the engine process that holds it (`e`), for [`LEASE_UNTIL`].
+pub(super) const JOIN_ENGINE: &str =
+    "LEFT JOIN engines e ON e.owner = r.lease_owner AND e.started = r.lease_started";
+
 /// A moment as the store writes it, from its clock: RFC 3339 text and unix milliseconds.
 pub(crate) struct At {
     pub text: String,

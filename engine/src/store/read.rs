@@ -30,6 +30,21 @@ impl<'r> Reader<'r> {
             .map_err(|e| Error::Corrupt(format!("{}, column {column}: {e}", self.what)))
     }
 
+    /// The column `column` if the query has one (None when it has not).
+    pub(super) fn optional<T>(&self, column: &str) -> Result<Option<T>, Error>
+    where
+        T: Decode<'r, sqlx::Any> + Type<sqlx::Any>,
+    {
+        match self.row.try_get(column) {
+            Ok(v) => Ok(Some(v)),
+            Err(sqlx::Error::ColumnNotFound(_)) => Ok(None),
+            Err(e) => Err(Error::Corrupt(format!(
+                "{}, column {column}: {e}",
+                self.what
+            ))),
+        }
+    }
+
     /// The column at `index`, decoded as `T`.
     pub(super) fn at<T>(&self, index: usize) -> Result<T, Error>
     where

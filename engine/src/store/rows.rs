@@ -155,7 +155,12 @@ pub(super) fn run_row(r: &AnyRow) -> Result<RunRow, Error> {
         ended_at: r.get("ended_at")?,
         cancel_requested: r.flag("cancel_requested")?,
         lease_owner: r.get("lease_owner")?,
-        lease_until: r.get("lease_until")?,
+        // The later of the run's own lease and its engine process's, when the query joined
+        // it (`LEASE_UNTIL`).
+        lease_until: match r.optional::<Option<i64>>("lease_live")? {
+            Some(live) => live,
+            None => r.get("lease_until")?,
+        },
         lease_started: r.get("lease_started")?,
         cluster: r.get("cluster")?,
         applied_version: r.get("applied_version")?,

@@ -140,7 +140,12 @@ impl Store {
     }
 
     pub async fn run(&self, id: &str) -> Result<RunRow, Error> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
+        let sql = format!(
+            "SELECT r.*, {} AS lease_live FROM runs r {} WHERE r.id = $1",
+            super::LEASE_UNTIL,
+            super::JOIN_ENGINE
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -167,26 +172,30 @@ impl Store {
 
     /// The runs `q` selects, newest first.
     pub async fn runs_matching(&self, q: &RunQuery<'_>) -> Result<Vec<RunRow>, Error> {
-        let rows = sqlx::query(
-            "SELECT * FROM runs WHERE ($1 IS NULL OR team = $2) AND ($3 IS NULL OR state = $4) \
-             AND ($5 IS NULL OR name = $6) AND ($7 IS NULL OR created_at >= $8) \
-             AND ($9 IS NULL OR schedule = $10) \
-             ORDER BY created_at DESC, id DESC LIMIT $11 OFFSET $12",
-        )
-        .bind(q.team)
-        .bind(q.team)
-        .bind(q.state)
-        .bind(q.state)
-        .bind(q.name)
-        .bind(q.name)
-        .bind(q.since)
-        .bind(q.since)
-        .bind(q.schedule)
-        .bind(q.schedule)
-        .bind(q.limit)
-        .bind(q.offset)
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "SELECT r.*, {} AS lease_live FROM runs r {} \
+             WHERE ($1 IS NULL OR r.team = $2) AND ($3 IS NULL OR r.state = $4) \
+             AND ($5 IS NULL OR r.name = $6) AND ($7 IS NULL OR r.created_at >= $8) \
+             AND ($9 IS NULL OR r.schedule = $10) \
+             ORDER BY r.created_at DESC, r.id DESC LIMIT $11 OFFSET $12",
+            super::LEASE_UNTIL,
+            super::JOIN_ENGINE
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(q.team)
+            .bind(q.team)
+            .bind(q.state)
+            .bind(q.state)
+            .bind(q.name)
+            .bind(q.name)
+            .bind(q.since)
+            .bind(q.since)
+            .bind(q.schedule)
+            .bind(q.schedule)
+            .bind(q.limit)
+            .bind(q.offset)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(run_row).collect()
     }
 
@@ -321,12 +330,16 @@ impl Store {
         force: bool,
     ) -> Result<Result<(), Holder>, Error> {
         let mut tx = self.write(Lock::Run(run)).await?;
-        let row =
-            sqlx::query("SELECT lease_owner, lease_until, lease_started FROM runs WHERE id = $1")
-                .bind(run)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| Error::NotFound(format!("no run '{run}'")))?;
+        let sql = format!(
+            "SELECT r.lease_owner, {}, r.lease_started FROM runs r {} WHERE r.id = $1",
+            super::LEASE_UNTIL,
+            super::JOIN_ENGINE
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(run)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no run '{run}'")))?;
         let r = Reader::new(&row, format!("the lease of run {run}"));
         let holder = Holder::of(r.at(0)?, r.at(1)?, r.at(2)?);
         if let Some(h) = holder

@@ -38,9 +38,11 @@ async fn every_claim(
     let sql = format!(
         "SELECT w.run_id, w.step, w.job, w.submitted FROM waiting w \
          JOIN runs r ON r.id = w.run_id \
-         JOIN steps s ON s.run_id = w.run_id AND s.name = w.step \
-         WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = $1 OR r.lease_until > $2) \
+         JOIN steps s ON s.run_id = w.run_id AND s.name = w.step {} \
+         WHERE s.state = 'Queued' AND r.state = 'Running' AND (w.run_id = $1 OR {} > $2) \
          ORDER BY w.submitted, w.{}",
+        super::JOIN_ENGINE,
+        super::LEASE_UNTIL,
         dialect.insertion_order()
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -59,7 +59,8 @@ impl<E: Executor> Driver<E> {
             .map(|s| s.subscribe(&self.run.id, &self.store));
         let mut last_resync = Instant::now();
         let mut last_tick = Instant::now();
-        let mut last_reap = Instant::now();
+        // None: not collected yet (the first wait for room collects at once).
+        let mut last_reap: Option<Instant> = None;
         let mut presses = 0;
         loop {
             // Nothing is decided or started over a home that is gone (one stat).
@@ -82,7 +83,10 @@ impl<E: Executor> Driver<E> {
                     if ticket.is_none() {
                         ticket = Some(self.store.wait_for_room(&self.capacity, *need));
                     }
-                    wait = wait.min(REAP_EVERY);
+                    // From the last collection, not from this pass: other wakes (the room
+                    // looking again) must not put the next collection off.
+                    let since = last_reap.map_or(REAP_EVERY, |t| t.elapsed());
+                    wait = wait.min(REAP_EVERY.saturating_sub(since));
                 }
                 _ => ticket = None,
             }
@@ -172,9 +176,9 @@ impl<E: Executor> Driver<E> {
                 // waits for may be due, so it asks the scheduler again too.
                 () = tokio::time::sleep(wait) => self.verdict_news = true,
             }
-            if ticket.is_some() && last_reap.elapsed() >= REAP_EVERY {
+            if ticket.is_some() && last_reap.is_none_or(|t| t.elapsed() >= REAP_EVERY) {
                 // Steps wait for room: room held by runs whose engine died is given back.
-                last_reap = Instant::now();
+                last_reap = Some(Instant::now());
                 if let Err(e) =
                     crate::run::reap::collect_now_and_then(&self.store, self.clock.as_ref()).await
                 {
@@ -192,8 +196,9 @@ impl<E: Executor> Driver<E> {
             let resync = last_resync.elapsed() >= RESYNC;
             if requested || resync {
                 if resync {
+                    // The pool's queue looks at its waiters on its own clock: a resync does
+                    // not make every waiting run try its start.
                     last_resync = Instant::now();
-                    self.room_may_be_free = true;
                 }
                 if !self.cancelling && self.store.cancel_requested(&self.run.id).await? {
                     watcher.note("the run was cancelled");
