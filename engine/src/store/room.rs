@@ -133,7 +133,7 @@ impl Store {
                 continue;
             }
             if let Err(e) = self.wake_fitting().await {
-                tracing::debug!("cannot read what the machine's pool holds: {e}");
+                tracing::warn!("cannot read what the machine's pool holds: {e}");
             }
         }
     }
@@ -148,7 +148,7 @@ impl Store {
             return Ok(());
         };
         let used = sqlx::query(
-            "SELECT COALESCE(SUM(millicpu), 0), COALESCE(SUM(memory), 0), COUNT(*) FROM attempts WHERE state = 'Running' AND job IS NULL",
+            "SELECT CAST(COALESCE(SUM(millicpu), 0) AS BIGINT), CAST(COALESCE(SUM(memory), 0) AS BIGINT), COUNT(*) FROM attempts WHERE state = 'Running' AND job IS NULL",
         )
         .fetch_one(&self.pool)
         .await?;

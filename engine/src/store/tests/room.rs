@@ -263,3 +263,52 @@ conformance!(
         );
     }
 );
+
+conformance!(
+    a_step_waiting_for_the_pool_is_woken_when_room_frees,
+    |store, backend| {
+        store
+            .create_run(&new_run("r", "p", "t", &["a", "b"]), None)
+            .await
+            .expect("create");
+        let cap = machine(1000, vec![]);
+        let started = store
+            .start_attempt(
+                "r",
+                &step("a"),
+                &attempt("a", 1, 600),
+                &cap,
+                0,
+                Change::default(),
+            )
+            .await
+            .expect("start a");
+        assert!(started.is_some(), "`a` fits an empty machine");
+        let ticket = store.wait_for_room(
+            &cap,
+            crate::store::room::Need {
+                millicpu: 600,
+                memory: 1 << 20,
+                gpus: 0,
+            },
+        );
+        let mut ended = attempt("a", 1, 600);
+        ended.state = at::SUCCEEDED.into();
+        ended.exit_code = Some(0);
+        store
+            .commit(
+                "r",
+                Change {
+                    attempts: vec![&ended],
+                    ..Change::default()
+                },
+            )
+            .await
+            .expect("end a");
+        // The pool's task reads what is left (on PostgreSQL too, where SUM is NUMERIC) and wakes
+        // the waiter well before the step's own slow retry would.
+        tokio::time::timeout(crate::store::room::RECHECK * 2, ticket.ready.notified())
+            .await
+            .unwrap_or_else(|_| panic!("{backend}: the waiter was not woken once `a` ended"));
+    }
+);
