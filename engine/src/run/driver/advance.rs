@@ -13,6 +13,16 @@ use crate::store::{Change, StepRow};
 impl<E: Executor> Driver<E> {
     /// Decides what every step whose needs changed does next, commits, then starts what can.
     pub(super) async fn advance(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
+        self.advance_once(watcher).await?;
+        // The pass may have ended the main steps (the last ones cancelled or skipped, no
+        // attempt's end to come): the onExit steps go now, not at the next wake.
+        if !self.on_exit_started && self.main_done() {
+            self.advance_once(watcher).await?;
+        }
+        Ok(())
+    }
+
+    async fn advance_once(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
         for idx in std::mem::take(&mut self.reports) {
             let done = self.rows.len() - self.open_all;
             watcher.step(&self.rows[idx], self.rows.len(), done);
