@@ -398,7 +398,7 @@ fn killing_a_server_with_a_long_queue_and_submissions_arriving_loses_nothing() {
 /// With PostgreSQL state, another process's cancel reaches the server's driver by NOTIFY. The
 /// server's listening connection is cut (its backend terminated) and the run cancelled by
 /// another process right then: the notification is lost, and the run is cancelled all the
-/// same, within the resync period (`run::driver::RESYNC`, 30 s), here as soon as the
+/// same, within the resync period (`store::feed::RESYNC`, 30 s), here as soon as the
 /// listener is back.
 #[test]
 fn a_lost_notification_delays_a_cancel_by_at_most_the_resync_period() {

@@ -31,6 +31,35 @@ pub struct Collected {
     pub runs: usize,
 }
 
+/// How often, while steps of this process wait for room, the attempts of runs whose engine
+/// died are collected, so that what they held is free again.
+pub const COLLECT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Starts, once per store, the task that collects dead engines' attempts every
+/// [`COLLECT_EVERY`] while any step of this process waits for the machine's pool. One task
+/// for the process, not a timer per waiting run: 10,000 waiting runs woke 2,000 times a
+/// second for it.
+pub fn keep_collecting(store: &Store, clock: std::sync::Arc<dyn Clock>) {
+    if !store.claim_collector() {
+        return;
+    }
+    let store = store.clone();
+    let Ok(h) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    h.spawn(async move {
+        loop {
+            tokio::time::sleep(COLLECT_EVERY).await;
+            if !store.anyone_waits_for_room() {
+                continue;
+            }
+            if let Err(e) = collect_now_and_then(&store, clock.as_ref()).await {
+                tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
+            }
+        }
+    });
+}
+
 /// [`collect`] for a driver whose steps wait for room, at most once a second in this process
 /// however many drivers wait: each collection reads every running attempt of the home.
 pub async fn collect_now_and_then(

@@ -34,6 +34,8 @@ pub struct Room {
     /// Wakes the room's task (a waiter came, or it is asked to look now).
     kick: Notify,
     started: AtomicBool,
+    /// Whether this store's collector of dead engines' attempts was started (`run::reap`).
+    collector: AtomicBool,
 }
 
 impl std::fmt::Debug for Room {
@@ -71,6 +73,21 @@ impl Drop for Ticket {
 }
 
 impl Store {
+    /// Whether any step of this process waits in the pool's queue.
+    pub fn anyone_waits_for_room(&self) -> bool {
+        self.room
+            .waiters
+            .lock()
+            .map(|w| !w.queue.is_empty())
+            .unwrap_or(false)
+    }
+
+    /// True the first time it is asked for this store (and its clones): the caller starts the
+    /// one task of this process that collects dead engines' attempts while steps wait.
+    pub fn claim_collector(&self) -> bool {
+        !self.room.collector.swap(true, Ordering::SeqCst)
+    }
+
     /// Waits in the pool's queue for `need`, on a machine of `capacity`.
     pub fn wait_for_room(&self, capacity: &Capacity, need: Need) -> Ticket {
         let ready = Arc::new(Notify::new());

@@ -13,11 +13,16 @@ use crate::store::{Change, StepRow};
 impl<E: Executor> Driver<E> {
     /// Decides what every step whose needs changed does next, commits, then starts what can.
     pub(super) async fn advance(&mut self, watcher: &mut dyn Watcher) -> Result<(), Error> {
-        self.advance_once(watcher).await?;
-        // The pass may have ended the main steps (the last ones cancelled or skipped, no
-        // attempt's end to come): the onExit steps go now, not at the next wake.
-        if !self.on_exit_started && self.main_done() {
+        // A pass can decide more than it looked at: a step started from the cache is done at
+        // once (its dependents are to decide now), the last main steps cancelled or skipped
+        // let the onExit steps go. Nothing else will wake the run for them (no attempt's end
+        // is to come), so it decides again until nothing is left to decide. Each pass ends
+        // steps or starts them, so this ends; the bound is a guard.
+        for _ in 0..=self.rows.len() {
             self.advance_once(watcher).await?;
+            if self.dirty.is_empty() && (self.on_exit_started || !self.main_done()) {
+                break;
+            }
         }
         Ok(())
     }

@@ -12,15 +12,12 @@ use crate::run::state::{run as rs, step as st};
 use crate::store::{Change, Event};
 
 /// How often a driver looks at its run's requests (a cancel), its deadline and its room even
-/// without news: what bounds the delay of a notification that was lost. Everything else it
-/// learns when it happens: attempts' events from its executor, a cancel from the store's
-/// change feed, room from the pool's queue (`store::room`), a lost lease from the process's
-/// lease renewal (`store::leases`).
-pub const RESYNC: Duration = Duration::from_secs(30);
-/// How often, while steps wait for room, the attempts of runs whose engine died are collected
-/// (`run::reap`), so that what they held is free again (at most once a second per process,
-/// whatever the number of waiting runs).
-const REAP_EVERY: Duration = Duration::from_secs(5);
+/// without news: a last resort. Everything it learns when it happens: attempts' events from
+/// its executor, a cancel from the store's change feed (which looks again for missed cancels
+/// every `store::feed::RESYNC`, in one query for the whole process), room from the pool's
+/// queue (`store::room`), a lost lease from the process's lease renewal (`store::leases`).
+/// Long, as 10,000 waiting runs wake 33 times a second for it.
+pub const RESYNC: Duration = Duration::from_secs(300);
 
 /// What a cluster-mode driver waiting for room heard.
 enum ClusterNews {
@@ -59,8 +56,9 @@ impl<E: Executor> Driver<E> {
             .map(|s| s.subscribe(&self.run.id, &self.store));
         let mut last_resync = Instant::now();
         let mut last_tick = Instant::now();
-        // None: not collected yet (the first wait for room collects at once).
-        let mut last_reap: Option<Instant> = None;
+        // Whether this run collected dead engines' attempts when its step first found no
+        // room (after that, the process's collector does it: `run::reap::keep_collecting`).
+        let mut collected = false;
         let mut presses = 0;
         loop {
             // Nothing is decided or started over a home that is gone (one stat).
@@ -82,11 +80,11 @@ impl<E: Executor> Driver<E> {
                 (Some((_, need)), true) => {
                     if ticket.is_none() {
                         ticket = Some(self.store.wait_for_room(&self.capacity, *need));
+                        crate::run::reap::keep_collecting(&self.store, self.clock.clone());
                     }
-                    // From the last collection, not from this pass: other wakes (the room
-                    // looking again) must not put the next collection off.
-                    let since = last_reap.map_or(REAP_EVERY, |t| t.elapsed());
-                    wait = wait.min(REAP_EVERY.saturating_sub(since));
+                    if !collected {
+                        wait = Duration::ZERO;
+                    }
                 }
                 _ => ticket = None,
             }
@@ -176,9 +174,10 @@ impl<E: Executor> Driver<E> {
                 // waits for may be due, so it asks the scheduler again too.
                 () = tokio::time::sleep(wait) => self.verdict_news = true,
             }
-            if ticket.is_some() && last_reap.is_none_or(|t| t.elapsed() >= REAP_EVERY) {
-                // Steps wait for room: room held by runs whose engine died is given back.
-                last_reap = Some(Instant::now());
+            if ticket.is_some() && !collected {
+                // A step waits for room: room held by runs whose engine died is given back
+                // now, not only at the collector's next round.
+                collected = true;
                 if let Err(e) =
                     crate::run::reap::collect_now_and_then(&self.store, self.clock.as_ref()).await
                 {
