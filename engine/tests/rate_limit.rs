@@ -25,7 +25,7 @@ async fn sweep(store: &Store, id: &str, team: &str, n: usize) {
         .map(|i| StepRow {
             name: format!("t{i}"),
             step: "trial".into(),
-            state: "Pending".into(),
+            state: sluice_engine::run::state::StepState::Pending,
             ..StepRow::default()
         })
         .collect();
@@ -63,14 +63,14 @@ async fn start(
     let row = StepRow {
         name: name.clone(),
         step: "trial".into(),
-        state: "Running".into(),
+        state: sluice_engine::run::state::StepState::Running,
         attempts: 1,
         ..StepRow::default()
     };
     let attempt = AttemptRow {
         step: name,
         number: 1,
-        state: "Running".into(),
+        state: sluice_engine::run::state::AttemptState::Running,
         dir: "/nowhere".into(),
         started_at: "2023-11-14T22:13:20Z".into(),
         ..AttemptRow::default()

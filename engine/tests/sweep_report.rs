@@ -25,7 +25,7 @@ fn trial(n: u64, state: &str, x: f64, loss: Option<f64>) -> StepRow {
         name: format!("trial[{n}]"),
         step: "trial".into(),
         item: Some(format!(r#"{{"x":{x}}}"#)),
-        state: state.into(),
+        state: state.parse().expect("a step state"),
         metrics: loss.map(|l| format!(r#"{{"loss":{l}}}"#)),
         ..StepRow::default()
     }
@@ -36,7 +36,7 @@ fn rows() -> Vec<StepRow> {
         StepRow {
             name: "sweep".into(),
             step: "sweep".into(),
-            state: "Running".into(),
+            state: sluice_engine::run::state::StepState::Running,
             ..StepRow::default()
         },
         trial(3, "Succeeded", 0.3, Some(0.3)),

@@ -89,9 +89,12 @@ pub async fn run(home: &Home, args: &Args, format: Format) -> Result<Outcome, Er
         freed_bytes: 0,
     };
     for row in chosen {
-        let was = row.state.clone();
+        let was = row.state;
         let (state, freed) = if args.dry_run {
-            (row.state.clone(), files(&store, &row, false).await?)
+            (
+                row.state.as_str().to_owned(),
+                files(&store, &row, false).await?,
+            )
         } else {
             match remove(&store, &row.id).await? {
                 Some((_, freed)) => ("Deleted".to_owned(), freed),
@@ -304,12 +307,12 @@ fn names_in(dir: &Path) -> Result<Vec<String>, Error> {
 mod tests {
     use super::*;
 
-    fn row(id: &str, name: &str, state: &str, ended_ms: i64) -> RunRow {
+    fn row(id: &str, name: &str, state: rs::RunState, ended_ms: i64) -> RunRow {
         RunRow {
             id: id.into(),
             name: name.into(),
             team: "t".into(),
-            state: state.into(),
+            state,
             reason: None,
             file: String::new(),
             workdir: String::new(),
@@ -343,13 +346,13 @@ mod tests {
         let now = 100 * day;
         // Newest first, as the store lists them.
         let ended = vec![
-            row("a4", "a", "Succeeded", now - day),
-            row("b2", "b", "Failed", now - 2 * day),
-            row("a3", "a", "Failed", now - 40 * day),
-            row("a2", "a", "Succeeded", now - 50 * day),
+            row("a4", "a", rs::RunState::Succeeded, now - day),
+            row("b2", "b", rs::RunState::Failed, now - 2 * day),
+            row("a3", "a", rs::RunState::Failed, now - 40 * day),
+            row("a2", "a", rs::RunState::Succeeded, now - 50 * day),
             row("x", "a", rs::DELETING, now - 60 * day),
-            row("b1", "b", "Succeeded", now - 60 * day),
-            row("a1", "a", "Cancelled", now - 70 * day),
+            row("b1", "b", rs::RunState::Succeeded, now - 60 * day),
+            row("a1", "a", rs::RunState::Cancelled, now - 70 * day),
         ];
         let cutoff = now - 30 * day;
         assert_eq!(

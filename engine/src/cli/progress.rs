@@ -140,7 +140,7 @@ impl Watcher for Progress {
                     let pos = if done > 0 {
                         done as u64
                     } else {
-                        live.bar.position() + u64::from(st::is_terminal(&row.state))
+                        live.bar.position() + u64::from(st::is_terminal(row.state))
                     };
                     live.count(pos, total as u64, "steps");
                     live.bar.set_message(format!("{} {}", row.name, row.state));

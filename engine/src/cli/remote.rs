@@ -329,7 +329,10 @@ async fn follow(c: &Client, id: &str, format: Format, quiet: bool) -> Result<Out
         let total = steps.len();
         let done = steps
             .iter()
-            .filter(|s| crate::run::state::step::is_terminal(&str_of(s, "state")))
+            .filter(|s| {
+                crate::run::state::StepState::parse(&str_of(s, "state"))
+                    .is_some_and(|s| s.is_terminal())
+            })
             .count();
         for s in &steps {
             let name = str_of(s, "name");
@@ -344,7 +347,7 @@ async fn follow(c: &Client, id: &str, format: Format, quiet: bool) -> Result<Out
             seen.insert(name.clone(), (state.clone(), attempts));
             let row = StepRow {
                 name,
-                state,
+                state: crate::run::state::StepState::parse(&state).unwrap_or_default(),
                 reason: s.get("reason").and_then(Value::as_str).map(str::to_owned),
                 attempts,
                 ..StepRow::default()
@@ -380,9 +383,9 @@ async fn follow(c: &Client, id: &str, format: Format, quiet: bool) -> Result<Out
         .text(Method::GET, &run_path(id), &[format_query(format)])
         .await?;
     print(&body, format)?;
-    Ok(match state.as_str() {
-        rs::SUCCEEDED => Outcome::Success,
-        rs::CANCELLED if presses > 0 => Outcome::Interrupted,
+    Ok(match rs::RunState::parse(&state) {
+        Some(rs::SUCCEEDED) => Outcome::Success,
+        Some(rs::CANCELLED) if presses > 0 => Outcome::Interrupted,
         _ => Outcome::Unsuccessful,
     })
 }

@@ -236,7 +236,7 @@ async fn drive(
             if !quiet {
                 say(format_args!("run {id} already ended: {state}"));
             }
-            return finish(service, id, format, &state, false).await;
+            return finish(service, id, format, state, false).await;
         }
         Err(Ending::Busy(holder)) => {
             return Err(Error::Usage(format!(
@@ -250,7 +250,7 @@ async fn drive(
     let ending = driver.drive(&mut progress, Some(rx)).await;
     progress.finish();
     match ending? {
-        Ending::Ended(state) => finish(service, id, format, &state, true).await,
+        Ending::Ended(state) => finish(service, id, format, state, true).await,
         Ending::Detached => Ok(Outcome::Interrupted),
         Ending::Busy(holder) => Err(Error::Usage(format!(
             "run {id} was taken over by the engine {holder}"
@@ -262,7 +262,7 @@ async fn finish(
     service: &Service,
     id: &str,
     format: Format,
-    state: &str,
+    state: rs::RunState,
     interrupted_ok: bool,
 ) -> Result<Outcome, Error> {
     let v = service.view(&Principal::local(), id).await?;
@@ -404,7 +404,7 @@ pub async fn cancel(home: &Home, args: &CancelArgs, format: Format) -> Result<Ou
         break;
     }
     let state = store.run(&id).await?.state;
-    print_state(&id, &state, format)?;
+    print_state(&id, state.as_str(), format)?;
     Ok(Outcome::Success)
 }
 

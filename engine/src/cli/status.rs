@@ -158,7 +158,7 @@ fn write_trials(
     r: &crate::run::driver::Report,
     hidden: usize,
 ) -> std::io::Result<()> {
-    let count = |state: &str| r.trials.iter().filter(|t| t.state == state).count();
+    let count = |state: st::StepState| r.trials.iter().filter(|t| t.state == state).count();
     use crate::run::state::step as st;
     writeln!(out)?;
     writeln!(

@@ -404,7 +404,7 @@ spec:
             .map(|s| StepRow {
                 name: (*s).into(),
                 step: (*s).into(),
-                state: "Queued".into(),
+                state: crate::run::state::StepState::Queued,
                 ..StepRow::default()
             })
             .collect();

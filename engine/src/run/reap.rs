@@ -136,19 +136,11 @@ fn ended_row(
     match found {
         Probe::Alive => return None,
         Probe::Ended(result) => {
-            a.state = match result.end {
-                End::Succeeded => at::SUCCEEDED,
-                End::Failed => at::FAILED,
-                End::Timeout => at::TIMEOUT,
-                // Stopped from outside: a cancellation, else a preemption.
-                End::Terminated if cancelled => at::CANCELLED,
-                End::Terminated => at::PREEMPTED,
-            }
-            .into();
+            a.state = crate::run::transitions::collected_end(result.end, cancelled);
             record_end(&mut a, &result);
         }
         Probe::Vanished(reason) => {
-            a.state = at::LOST.into();
+            a.state = at::LOST;
             a.reason = Some(reason);
             a.ended_at = Some(clock.now_rfc3339());
         }
@@ -179,7 +171,7 @@ pub fn result_of(
     if let Some(r) = recorded {
         return Some(r);
     }
-    let end = match a.state.as_str() {
+    let end = match a.state {
         at::SUCCEEDED => End::Succeeded,
         at::FAILED => End::Failed,
         at::TIMEOUT => End::Timeout,
@@ -224,7 +216,7 @@ mod tests {
         AttemptRow {
             step: "train".into(),
             number: 1,
-            state: at::RUNNING.into(),
+            state: at::RUNNING,
             dir: "/nonexistent/sluice/attempt".into(),
             started_at: "2026-01-01T00:00:00Z".into(),
             ..AttemptRow::default()

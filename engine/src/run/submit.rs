@@ -96,7 +96,7 @@ pub fn prepare(
             name: inst.name.clone(),
             step: inst.step.clone(),
             item: inst.item.as_ref().map(ToString::to_string),
-            state: step::PENDING.into(),
+            state: step::PENDING,
             ..StepRow::default()
         });
     }

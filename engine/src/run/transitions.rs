@@ -56,9 +56,9 @@ pub enum Ended<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
     /// The attempt's state.
-    pub attempt: &'static str,
+    pub attempt: at::AttemptState,
     /// The step's next state and reason.
-    pub state: &'static str,
+    pub state: st::StepState,
     pub reason: Option<String>,
     /// When a retried step may start again (unix ms); None: at once.
     pub not_before: Option<i64>,
@@ -257,6 +257,43 @@ pub fn attempt_ended(
         }
     }
     out
+}
+
+/// What an attempt whose engine is gone ended as, collected from its folder (`run::reap`):
+/// the end its runtime recorded, a termination from outside being the run's cancel when one
+/// was asked, else a preemption.
+pub fn collected_end(end: End, cancelled: bool) -> at::AttemptState {
+    match end {
+        End::Succeeded => at::SUCCEEDED,
+        End::Failed => at::FAILED,
+        End::Timeout => at::TIMEOUT,
+        End::Terminated if cancelled => at::CANCELLED,
+        End::Terminated => at::PREEMPTED,
+    }
+}
+
+/// What `sluice retry` does with a step of an ended run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reopen {
+    /// It stays as it ended.
+    Keep,
+    /// Pending again with a fresh retry budget: it failed or was cancelled (or it is the
+    /// placeholder of a fan-out over an output that was skipped, to fan out again).
+    Fresh,
+    /// Pending again, its budget as it was: an onExit step, which runs again as the run ends
+    /// again.
+    Again,
+}
+
+/// See [`Reopen`]; `placeholder`: the `NAME[*]` row of a fan-out over an output.
+pub fn reopen(state: st::StepState, placeholder: bool, on_exit: bool) -> Reopen {
+    if state == st::FAILED || state == st::CANCELLED || (state == st::SKIPPED && placeholder) {
+        Reopen::Fresh
+    } else if on_exit && state.is_terminal() {
+        Reopen::Again
+    } else {
+        Reopen::Keep
+    }
 }
 
 /// The wait before retry number `used + 1`: `backoff * factor^used`, at most `maxBackoff`.

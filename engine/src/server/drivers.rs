@@ -165,7 +165,7 @@ impl Drivers {
         match driver.drive(&mut run::driver::Silent, Some(rx)).await {
             Ok(Ending::Ended(state)) => {
                 tracing::info!("run {id} ended: {state}");
-                self.metrics.run_ended(&state);
+                self.metrics.run_ended(state.as_str());
             }
             Ok(Ending::Detached) => tracing::info!("run {id} left to the next server"),
             Ok(Ending::Busy(holder)) => tracing::warn!("run {id} was taken over by {holder}"),

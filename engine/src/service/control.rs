@@ -8,6 +8,7 @@ use super::read::known_step;
 use super::{Error, Principal, Service};
 use crate::executor::Reason;
 use crate::run::state::{attempt, run as rs, step as st};
+use crate::run::transitions::{self, Reopen};
 
 /// What `retry` did.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,7 +36,7 @@ impl Service {
             return Err(Error::conflict(
                 format!("run {} already ended: {}", run.id, run.state),
                 &run.id,
-                &run.state,
+                run.state.as_str(),
             ));
         }
         self.store.request_cancel(&run.id).await?;
@@ -57,20 +58,26 @@ impl Service {
             return Err(Error::conflict(
                 format!("run {id} is still running; {how}"),
                 &id,
-                &run.state,
+                run.state.as_str(),
             ));
         }
         if run.state == rs::SUCCEEDED {
             return Ok(Retried::NothingToRetry { id });
         }
         let mut steps = self.store.steps(&id).await?;
+        let pipeline = crate::run::driver::pipeline_of(&run)?;
+        let decided: Vec<Reopen> = steps
+            .iter()
+            .map(|s| {
+                let on_exit = pipeline.step(&s.step).is_some_and(|p| p.on_exit);
+                transitions::reopen(s.state, s.name.ends_with("[*]"), on_exit)
+            })
+            .collect();
+        // Those with a fresh budget first, then the onExit steps, each in the file's order.
         let mut again = Vec::new();
-        for s in &mut steps {
-            if s.state == st::FAILED
-                || s.state == st::CANCELLED
-                || (s.state == st::SKIPPED && s.name.ends_with("[*]"))
-            {
-                s.state = st::PENDING.into();
+        for (s, how) in steps.iter_mut().zip(&decided) {
+            if *how == Reopen::Fresh {
+                s.state = st::PENDING;
                 s.reason = None;
                 s.retries_used = 0;
                 s.not_before = None;
@@ -78,11 +85,9 @@ impl Service {
                 again.push(s.clone());
             }
         }
-        let pipeline = crate::run::driver::pipeline_of(&run)?;
-        for s in &mut steps {
-            let on_exit = pipeline.step(&s.step).is_some_and(|p| p.on_exit);
-            if on_exit && st::is_terminal(&s.state) && !again.iter().any(|a| a.name == s.name) {
-                s.state = st::PENDING.into();
+        for (s, how) in steps.iter_mut().zip(&decided) {
+            if *how == Reopen::Again {
+                s.state = st::PENDING;
                 s.reason = None;
                 s.ended_at = None;
                 again.push(s.clone());
@@ -123,7 +128,7 @@ impl Service {
         let state = steps
             .iter()
             .find(|s| s.name == step)
-            .map_or(st::PENDING, |s| s.state.as_str());
+            .map_or(st::PENDING, |s| s.state);
         let running = self
             .store
             .attempts(&id)
@@ -135,7 +140,7 @@ impl Service {
             return Err(Error::conflict(
                 format!("step '{step}' of run {id} is not running (it is {state})"),
                 &id,
-                state,
+                state.as_str(),
             ));
         };
         if crate::executor::kubernetes::is_handle(&running.dir) {

@@ -309,7 +309,7 @@ async fn follow_step(
         let finished = steps
             .iter()
             .find(|s| s.name == step)
-            .is_none_or(|s| crate::run::state::step::is_terminal(&s.state))
+            .is_none_or(|s| crate::run::state::step::is_terminal(s.state))
             || row.state != rs::RUNNING
             || stall.check(store, &row, &mut *printer.sink).await;
         let attempts = store.attempts(run).await?;

@@ -79,7 +79,12 @@ pub struct Waiting {
 }
 
 /// The states `--state` accepts.
-const RUN_STATES: [&str; 4] = [rs::RUNNING, rs::SUCCEEDED, rs::FAILED, rs::CANCELLED];
+const RUN_STATES: [&str; 4] = [
+    rs::RUNNING.as_str(),
+    rs::SUCCEEDED.as_str(),
+    rs::FAILED.as_str(),
+    rs::CANCELLED.as_str(),
+];
 
 /// A state as the store spells it (any case), or `Invalid` naming the states.
 fn run_state(given: &str) -> Result<&'static str, Error> {

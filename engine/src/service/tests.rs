@@ -72,14 +72,14 @@ async fn end(h: &Home, id: &str, state: &str) {
     let store = h.service.store();
     let mut steps = store.steps(id).await.expect("steps");
     for s in &mut steps {
-        s.state = state.into();
+        s.state = state.parse().expect("a step state");
     }
     store
         .commit(
             id,
             Change {
                 steps: steps.iter().collect(),
-                run_end: Some((state.into(), None)),
+                run_end: Some((state.parse().expect("a run state"), None)),
                 ..Change::default()
             },
         )
@@ -102,7 +102,10 @@ async fn a_submitted_run_is_listed_and_shown_with_the_clocks_time() {
 
     h.clock.advance(Duration::from_secs(90));
     let v = h.service.status(&local, &run.id).await.expect("status");
-    assert_eq!((v.team.as_str(), v.state.as_str()), ("vision", rs::RUNNING));
+    assert_eq!(
+        (v.team.as_str(), v.state.as_str()),
+        ("vision", rs::RUNNING.as_str())
+    );
     let steps: Vec<&str> = v
         .steps
         .as_ref()
@@ -207,7 +210,7 @@ async fn cancelling_an_ended_run_and_retrying_a_running_one_are_conflicts() {
     );
     assert!(e.to_string().contains("is still running"), "{e}");
 
-    end(&h, &running, rs::SUCCEEDED).await;
+    end(&h, &running, rs::SUCCEEDED.as_str()).await;
     let e = h.service.cancel(&local, &running).await.expect_err("ended");
     assert_eq!(
         e.to_string(),
@@ -234,7 +237,7 @@ async fn cancel_is_recorded_and_retry_reopens_failed_steps() {
     assert_eq!(h.service.cancel(&local, &id).await.expect("cancel"), id);
     assert!(h.service.store().cancel_requested(&id).await.expect("read"));
 
-    end(&h, &id, st::FAILED).await;
+    end(&h, &id, st::FAILED.as_str()).await;
     let Retried::Reopened { steps, .. } = h.service.retry(&local, &id).await.expect("retry") else {
         panic!("a failed run is retried");
     };

@@ -90,7 +90,7 @@ pub fn summary(run: &RunRow, taken_at: DateTime<Utc>) -> RunView {
         id: run.id.clone(),
         name: run.name.clone(),
         team: run.team.clone(),
-        state: run.state.clone(),
+        state: run.state.into(),
         started_at: run.created_at.clone(),
         ended_at: run.ended_at.clone(),
         reason: run.reason.clone(),
@@ -140,7 +140,7 @@ pub fn of_rows(
             .iter()
             .map(|s| StepView {
                 name: s.name.clone(),
-                state: s.state.clone(),
+                state: s.state.into(),
                 reason: collected_reason(s, attempts).or_else(|| s.reason.clone()),
                 metrics: s
                     .metrics
@@ -164,7 +164,7 @@ pub fn of_rows(
 fn attempt_view(a: &AttemptRow) -> AttemptView {
     AttemptView {
         number: a.number,
-        state: a.state.clone(),
+        state: a.state.into(),
         exit_code: a.exit_code,
         signal: a.signal,
         started_at: a.started_at.clone(),

@@ -133,7 +133,7 @@ impl Store {
                     &[Event {
                         step: Some(a.step.clone()),
                         kind: "attempt-collected".into(),
-                        detail: Some(a.state.clone()),
+                        detail: Some(a.state.into()),
                     }],
                     &self.at().text,
                 )

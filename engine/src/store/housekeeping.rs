@@ -62,7 +62,7 @@ impl Store {
             return Ok(Marked::Running);
         }
         sqlx::query("UPDATE runs SET state = $1 WHERE id = $2")
-            .bind(rs::DELETING)
+            .bind(rs::DELETING.as_str())
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -101,7 +101,7 @@ impl Store {
     pub async fn ended_runs(&self) -> Result<Vec<RunRow>, Error> {
         let rows =
             sqlx::query("SELECT * FROM runs WHERE state <> $1 ORDER BY created_at DESC, id DESC")
-                .bind(rs::RUNNING)
+                .bind(rs::RUNNING.as_str())
                 .fetch_all(self.pool())
                 .await?;
         rows.iter().map(run_row).collect()
@@ -149,7 +149,7 @@ mod tests {
             steps: vec![StepRow {
                 name: "a".into(),
                 step: "a".into(),
-                state: "Pending".into(),
+                state: crate::run::state::StepState::Pending,
                 ..StepRow::default()
             }],
         }

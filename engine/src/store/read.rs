@@ -55,6 +55,17 @@ impl<'r> Reader<'r> {
             .map_err(|e| Error::Corrupt(format!("{}, column {index}: {e}", self.what)))
     }
 
+    /// A column holding a lifecycle state, by its contract name: one no state has is an
+    /// error naming the row (a store written by a newer sluice, or damaged).
+    pub(super) fn state<S>(&self, column: &str) -> Result<S, Error>
+    where
+        S: std::str::FromStr<Err = crate::run::state::UnknownState>,
+    {
+        let text: String = self.get(column)?;
+        text.parse()
+            .map_err(|e| Error::Corrupt(format!("{}, column {column}: {e}", self.what)))
+    }
+
     /// An integer column holding a flag (0 or 1; SQLite has no boolean).
     pub(super) fn flag(&self, column: &str) -> Result<bool, Error> {
         match self.get::<i64>(column)? {

@@ -4,6 +4,7 @@ use sqlx::any::AnyRow;
 
 use super::read::Reader;
 use super::{Error, Tx};
+use crate::run::state::{AttemptState, RunState, StepState};
 
 /// A run as submitted: its identity, its source and its step instances.
 #[derive(Clone, Debug, Default)]
@@ -31,7 +32,7 @@ pub struct RunRow {
     pub id: String,
     pub name: String,
     pub team: String,
-    pub state: String,
+    pub state: RunState,
     pub reason: Option<String>,
     pub file: String,
     pub workdir: String,
@@ -58,7 +59,7 @@ pub struct StepRow {
     pub name: String,
     pub step: String,
     pub item: Option<String>,
-    pub state: String,
+    pub state: StepState,
     pub reason: Option<String>,
     pub attempts: i64,
     pub retries_used: i64,
@@ -74,7 +75,7 @@ pub struct StepRow {
 pub struct AttemptRow {
     pub step: String,
     pub number: i64,
-    pub state: String,
+    pub state: AttemptState,
     pub dir: String,
     pub millicpu: i64,
     pub memory: i64,
@@ -143,7 +144,7 @@ pub(super) fn run_row(r: &AnyRow) -> Result<RunRow, Error> {
         id: r.get("id")?,
         name: r.get("name")?,
         team: r.get("team")?,
-        state: r.get("state")?,
+        state: r.state("state")?,
         reason: r.get("reason")?,
         file: r.get("file")?,
         workdir: r.get("workdir")?,
@@ -176,7 +177,7 @@ pub(super) fn step_row(r: &AnyRow) -> Result<StepRow, Error> {
         name: r.get("name")?,
         step: r.get("step")?,
         item: r.get("item")?,
-        state: r.get("state")?,
+        state: r.state("state")?,
         reason: r.get("reason")?,
         attempts: r.get("attempts")?,
         retries_used: r.get("retries_used")?,
@@ -196,7 +197,7 @@ pub(super) fn attempt_row(r: &AnyRow) -> Result<AttemptRow, Error> {
     Ok(AttemptRow {
         step: r.get("step")?,
         number: r.get("number")?,
-        state: r.get("state")?,
+        state: r.state("state")?,
         dir: r.get("dir")?,
         millicpu: r.get("millicpu")?,
         memory: r.get("memory")?,
@@ -227,7 +228,7 @@ pub(super) async fn insert_step(tx: &mut Tx, run: &str, s: &StepRow) -> Result<(
         .bind(&s.name)
         .bind(&s.step)
         .bind(&s.item)
-        .bind(&s.state)
+        .bind(s.state.as_str())
         .bind(&s.reason)
         .bind(s.attempts)
         .bind(s.retries_used)
@@ -245,7 +246,7 @@ pub(super) async fn insert_step(tx: &mut Tx, run: &str, s: &StepRow) -> Result<(
 pub(super) async fn update_step(tx: &mut Tx, run: &str, s: &StepRow) -> Result<(), Error> {
     sqlx::query(UPDATE_STEP)
         .bind(&s.item)
-        .bind(&s.state)
+        .bind(s.state.as_str())
         .bind(&s.reason)
         .bind(s.attempts)
         .bind(s.retries_used)
@@ -282,7 +283,7 @@ async fn write_attempt(
     sql: &'static str,
 ) -> Result<u64, Error> {
     Ok(sqlx::query(sql)
-        .bind(&a.state)
+        .bind(a.state.as_str())
         .bind(a.pid)
         .bind(a.exit_code)
         .bind(a.signal)
@@ -391,7 +392,7 @@ pub(super) async fn apply(
     }
     if let Some((state, reason)) = &change.run_end {
         sqlx::query("UPDATE runs SET state = $1, reason = $2, ended_at = $3 WHERE id = $4")
-            .bind(state)
+            .bind(state.as_str())
             .bind(reason)
             .bind(&at.text)
             .bind(run)
@@ -425,6 +426,6 @@ pub struct Change<'a> {
     pub new_steps: Vec<&'a StepRow>,
     pub attempts: Vec<&'a AttemptRow>,
     /// (state, reason): the run ended.
-    pub run_end: Option<(String, Option<String>)>,
+    pub run_end: Option<(RunState, Option<String>)>,
     pub events: Vec<Event>,
 }

@@ -290,7 +290,7 @@ impl Store {
             .bind(run)
             .bind(&attempt.step)
             .bind(attempt.number)
-            .bind(&attempt.state)
+            .bind(attempt.state.as_str())
             .bind(&attempt.dir)
             .bind(attempt.millicpu)
             .bind(attempt.memory)

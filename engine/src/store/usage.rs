@@ -176,7 +176,7 @@ impl Store {
         .bind(team)
         .bind(pipeline)
         .bind(file_step)
-        .bind(crate::run::state::attempt::SUCCEEDED)
+        .bind(crate::run::state::attempt::SUCCEEDED.as_str())
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;

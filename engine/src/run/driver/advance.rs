@@ -179,11 +179,7 @@ impl<E: Executor> Driver<E> {
                 if c.satisfied == c.total {
                     return Need::Satisfied(&need.step);
                 }
-                let how = match self
-                    .by_name
-                    .get(&need.step)
-                    .map(|&i| self.rows[i].state.as_str())
-                {
+                let how = match self.by_name.get(&need.step).map(|&i| self.rows[i].state) {
                     Some(st::FAILED) => "failed",
                     Some(st::CANCELLED) => "was cancelled",
                     // A fan-out: some of its children did not succeed.
@@ -215,12 +211,12 @@ impl<E: Executor> Driver<E> {
             params: &self.params,
             rows: &self.rows,
             by_name: &self.by_name,
-            run_state,
+            run_state: run_state.as_str(),
             trial: self.is_trial(&self.rows[idx]),
         }
     }
 
-    pub(super) fn run_state_so_far(&self) -> &'static str {
+    pub(super) fn run_state_so_far(&self) -> rs::RunState {
         if self.timed_out {
             return rs::FAILED;
         }
@@ -272,7 +268,7 @@ impl<E: Executor> Driver<E> {
                 name: format!("{}[{i}]", step.name),
                 step: step.name.clone(),
                 item: Some(item.to_string()),
-                state: st::PENDING.into(),
+                state: st::PENDING,
                 ..StepRow::default()
             })
             .collect())

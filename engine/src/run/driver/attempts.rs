@@ -116,7 +116,7 @@ impl<E: Executor> Driver<E> {
             return Ok(());
         };
         let mut attempt = live.attempt;
-        attempt.state = at::LOST.into();
+        attempt.state = at::LOST;
         attempt.reason = Some(reason.clone());
         attempt.ended_at = Some(self.clock.now_rfc3339());
         let idx = self.index_of(name)?;
@@ -191,7 +191,7 @@ impl<E: Executor> Driver<E> {
             ended,
             missing_objective.as_deref(),
         );
-        attempt.state = outcome.attempt.into();
+        attempt.state = outcome.attempt;
         if outcome.keep_outputs {
             let outputs = format!("{objects}/outputs");
             if let Some(key) = self.rows[idx].cache_key.clone() {
@@ -215,7 +215,7 @@ impl<E: Executor> Driver<E> {
         self.pending.events.push(Event {
             step: Some(name.to_owned()),
             kind: "attempt-ended".into(),
-            detail: Some(attempt.state.clone()),
+            detail: Some(attempt.state.into()),
         });
         self.pending.steps.push(row);
         self.pending.attempts.push(attempt);

@@ -66,7 +66,7 @@ impl<E: Executor> Driver<E> {
             self.advance(watcher).await?;
             if let Some(state) = self.finished() {
                 drop(kept);
-                self.end(&state, watcher).await?;
+                self.end(state, watcher).await?;
                 return Ok(Ending::Ended(state));
             }
             let now = self.clock.now_ms();
@@ -253,32 +253,28 @@ impl<E: Executor> Driver<E> {
     }
 
     /// Whether every step has ended and nothing runs: the run's final state.
-    fn finished(&self) -> Option<String> {
+    fn finished(&self) -> Option<rs::RunState> {
         if !self.live.is_empty() || self.open_all > 0 {
             return None;
         }
         Some(self.final_state())
     }
 
-    fn final_state(&self) -> String {
+    fn final_state(&self) -> rs::RunState {
         if self.timed_out {
-            return rs::FAILED.into();
+            return rs::FAILED;
         }
         if self.cancelling {
-            return rs::CANCELLED.into();
+            return rs::CANCELLED;
         }
         let failed = self.rows.iter().any(|r| {
             !self.is_trial(r)
                 && (r.state == st::FAILED || (r.state == st::CANCELLED && !self.is_on_exit(r)))
         });
-        if failed {
-            rs::FAILED.into()
-        } else {
-            rs::SUCCEEDED.into()
-        }
+        if failed { rs::FAILED } else { rs::SUCCEEDED }
     }
 
-    async fn end(&mut self, state: &str, watcher: &mut dyn Watcher) -> Result<(), Error> {
+    async fn end(&mut self, state: rs::RunState, watcher: &mut dyn Watcher) -> Result<(), Error> {
         // The run's logs are all in the object store before it is said to have ended.
         self.executor.settle().await;
         self.check_home()?;
@@ -295,11 +291,11 @@ impl<E: Executor> Driver<E> {
         };
         let reason = if state == rs::SUCCEEDED { None } else { reason };
         self.commit(Change {
-            run_end: Some((state.to_owned(), reason)),
+            run_end: Some((state, reason)),
             events: vec![Event {
                 step: None,
                 kind: "ended".into(),
-                detail: Some(state.to_owned()),
+                detail: Some(state.into()),
             }],
             ..Change::default()
         })

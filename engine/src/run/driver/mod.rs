@@ -65,7 +65,7 @@ pub enum Error {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
     /// The run reached this state (`Succeeded`, `Failed`, `Cancelled`).
-    Ended(String),
+    Ended(super::state::RunState),
     /// A second Ctrl-C: the engine stops and leaves running steps to `sluice resume`.
     Detached,
     /// Another engine holds the run's lease (named).

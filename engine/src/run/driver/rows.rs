@@ -17,7 +17,7 @@ pub(super) struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, state: &str, by: i64) {
+    fn add(&mut self, state: st::StepState, by: i64) {
         let bump = |c: &mut usize| *c = c.saturating_add_signed(by as isize);
         if st::is_terminal(state) {
             bump(&mut self.terminal);
@@ -37,7 +37,7 @@ impl Counts {
 impl<E: Executor> Driver<E> {
     pub(super) fn add_row(&mut self, row: StepRow) {
         let idx = self.rows.len();
-        if !st::is_terminal(&row.state) {
+        if !st::is_terminal(row.state) {
             self.open_all += 1;
             if !self.is_on_exit(&row) {
                 self.open_main += 1;
@@ -48,7 +48,7 @@ impl<E: Executor> Driver<E> {
         }
         let c = self.counts.entry(row.step.clone()).or_default();
         c.total += 1;
-        c.add(&row.state, 1);
+        c.add(row.state, 1);
         if let Some(&si) = self.step_index.get(&row.step) {
             for need in &self.pipeline.steps[si].needs {
                 self.dependents
@@ -57,7 +57,7 @@ impl<E: Executor> Driver<E> {
                     .push(idx);
             }
         }
-        match row.state.as_str() {
+        match row.state {
             st::PENDING => self.dirty.push_back(idx),
             st::QUEUED => {
                 self.queued.insert(idx);
@@ -70,10 +70,10 @@ impl<E: Executor> Driver<E> {
 
     /// Moves row `idx` to `state`, keeping counts and queues; wakes dependents when its step
     /// is done. The caller commits the row.
-    pub(super) fn set_state(&mut self, idx: usize, state: &str, reason: Option<String>) {
-        let old = std::mem::replace(&mut self.rows[idx].state, state.to_owned());
+    pub(super) fn set_state(&mut self, idx: usize, state: st::StepState, reason: Option<String>) {
+        let old = std::mem::replace(&mut self.rows[idx].state, state);
         self.rows[idx].reason = reason;
-        let delta = i64::from(st::is_terminal(&old)) - i64::from(st::is_terminal(state));
+        let delta = i64::from(st::is_terminal(old)) - i64::from(st::is_terminal(state));
         let main = !self.is_on_exit(&self.rows[idx]);
         self.open_all = (self.open_all as i64 + delta) as usize;
         if main {
@@ -86,7 +86,7 @@ impl<E: Executor> Driver<E> {
         }
         let step = self.rows[idx].step.clone();
         let c = self.counts.entry(step.clone()).or_default();
-        c.add(&old, -1);
+        c.add(old, -1);
         c.add(state, 1);
         let done = c.terminal == c.total;
         if old == st::QUEUED {

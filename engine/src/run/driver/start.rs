@@ -189,7 +189,7 @@ impl<E: Executor> Driver<E> {
         let attempt = AttemptRow {
             step: self.rows[idx].name.clone(),
             number,
-            state: at::RUNNING.into(),
+            state: at::RUNNING,
             dir: handle.as_str().to_owned(),
             millicpu: step.resources.millicpu as i64 * i64::from(step.resources.workers),
             memory: step.resources.memory.unwrap_or(0) as i64 * i64::from(step.resources.workers),
@@ -197,7 +197,7 @@ impl<E: Executor> Driver<E> {
             ..AttemptRow::default()
         };
         let mut row = self.rows[idx].clone();
-        row.state = st::RUNNING.into();
+        row.state = st::RUNNING;
         row.reason = None;
         row.attempts = number;
         row.not_before = None;

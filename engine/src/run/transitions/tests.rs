@@ -355,3 +355,48 @@ proptest! {
         prop_assert_eq!(decided == Next::Go, all_ok && !cancelling && !failed_fast);
     }
 }
+
+#[test]
+fn a_collected_end_is_what_the_runtime_recorded_and_a_termination_the_runs_cancel_or_a_preemption()
+{
+    assert_eq!(collected_end(End::Succeeded, false), at::SUCCEEDED);
+    assert_eq!(collected_end(End::Failed, true), at::FAILED);
+    assert_eq!(collected_end(End::Timeout, true), at::TIMEOUT);
+    assert_eq!(collected_end(End::Terminated, true), at::CANCELLED);
+    assert_eq!(collected_end(End::Terminated, false), at::PREEMPTED);
+}
+
+#[test]
+fn retry_reopens_what_did_not_succeed_with_a_fresh_budget_and_onexit_steps_as_they_were() {
+    assert_eq!(reopen(st::FAILED, false, false), Reopen::Fresh);
+    assert_eq!(reopen(st::CANCELLED, false, false), Reopen::Fresh);
+    // A failed onExit step gets a fresh budget too.
+    assert_eq!(reopen(st::FAILED, false, true), Reopen::Fresh);
+    // A skipped fan-out over an output fans out again; a skipped step stays skipped.
+    assert_eq!(reopen(st::SKIPPED, true, false), Reopen::Fresh);
+    assert_eq!(reopen(st::SKIPPED, false, false), Reopen::Keep);
+    assert_eq!(reopen(st::SUCCEEDED, false, true), Reopen::Again);
+    assert_eq!(reopen(st::SKIPPED, false, true), Reopen::Again);
+}
+
+proptest! {
+    /// What succeeded (or came from the cache, or stopped early) is never run again by a
+    /// retry unless it is an onExit step; what is open is never touched.
+    #[test]
+    fn retry_never_reruns_a_success_nor_touches_an_open_step(
+        state in proptest::sample::select(st::StepState::ALL.to_vec()),
+        placeholder in any::<bool>(),
+        on_exit in any::<bool>(),
+    ) {
+        let how = reopen(state, placeholder, on_exit);
+        if !state.is_terminal() {
+            prop_assert_eq!(how, Reopen::Keep);
+        }
+        if state.satisfies() || state == st::STOPPED {
+            prop_assert!(how != Reopen::Fresh || (state == st::SKIPPED && placeholder));
+            if !on_exit {
+                prop_assert!(how == Reopen::Keep || (state == st::SKIPPED && placeholder));
+            }
+        }
+    }
+}

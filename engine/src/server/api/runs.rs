@@ -494,7 +494,7 @@ pub async fn cancel(
             .map_err(service::Error::from)?;
         Ok::<_, ApiError>(StateBody {
             id,
-            state: run.state,
+            state: run.state.into(),
         })
     }
     .await;
@@ -567,7 +567,7 @@ pub async fn resume(
             .map_err(service::Error::from)?;
         Ok::<_, ApiError>(StateBody {
             id,
-            state: run.state,
+            state: run.state.into(),
         })
     }
     .await;
@@ -606,7 +606,7 @@ pub async fn preempt(
             .await?;
         Ok::<_, ApiError>(PreemptedBody {
             id: done.id,
-            state: crate::run::state::run::RUNNING.to_owned(),
+            state: crate::run::state::run::RUNNING.into(),
             step: done.step,
             attempt: done.attempt,
         })

@@ -259,7 +259,7 @@ async fn keep_runs_removes_the_oldest_ended_runs() {
                     .commit(
                         &id,
                         crate::store::Change {
-                            run_end: Some(("Succeeded".into(), None)),
+                            run_end: Some((crate::run::state::RunState::Succeeded, None)),
                             ..crate::store::Change::default()
                         },
                     )

@@ -291,10 +291,10 @@ mod tests {
     #[test]
     fn the_history_draws_every_valued_trial_and_the_best_so_far() {
         let trials = vec![
-            trial(1, st::SUCCEEDED, 0.1, "sgd", Some(0.5)),
-            trial(2, st::SUCCEEDED, 0.01, "adam", Some(0.3)),
-            trial(3, st::STOPPED, 0.2, "sgd", Some(0.9)),
-            trial(4, st::RUNNING, 0.05, "adam", None),
+            trial(1, st::SUCCEEDED.as_str(), 0.1, "sgd", Some(0.5)),
+            trial(2, st::SUCCEEDED.as_str(), 0.01, "adam", Some(0.3)),
+            trial(3, st::STOPPED.as_str(), 0.2, "sgd", Some(0.9)),
+            trial(4, st::RUNNING.as_str(), 0.05, "adam", None),
         ];
         let svg = history(&trials, true, "loss").expect("a chart");
         assert_eq!(svg.matches("<circle").count(), 3);
@@ -306,8 +306,8 @@ mod tests {
     #[test]
     fn parallel_coordinates_have_an_axis_per_parameter_and_the_objective() {
         let trials = vec![
-            trial(1, st::SUCCEEDED, 0.1, "sgd", Some(0.5)),
-            trial(2, st::STOPPED, 0.01, "adam", Some(0.3)),
+            trial(1, st::SUCCEEDED.as_str(), 0.1, "sgd", Some(0.5)),
+            trial(2, st::STOPPED.as_str(), 0.01, "adam", Some(0.3)),
         ];
         let svg = parallel(&trials, "loss").expect("a chart");
         assert_eq!(svg.matches(r#"class="axis""#).count(), 3);

@@ -45,7 +45,7 @@ impl Node {
 
     /// The state the box is drawn in: the most pressing of its instances' states.
     pub fn state(&self) -> &str {
-        const ORDER: [&str; 9] = [
+        const ORDER: [st::StepState; 9] = [
             st::RUNNING,
             st::FAILED,
             st::QUEUED,
@@ -58,10 +58,10 @@ impl Node {
         ];
         ORDER
             .iter()
-            .find(|s| self.counts.contains_key(**s))
-            .copied()
+            .map(|s| s.as_str())
+            .find(|s| self.counts.contains_key(*s))
             .or_else(|| self.counts.keys().next().map(String::as_str))
-            .unwrap_or(st::PENDING)
+            .unwrap_or(st::PENDING.as_str())
     }
 }
 
@@ -74,7 +74,7 @@ pub fn nodes(pipeline: Option<&Pipeline>, rows: &[StepRow]) -> Vec<Node> {
             .enumerate()
             .map(|(i, r)| Node {
                 name: r.name.clone(),
-                counts: BTreeMap::from([(r.state.clone(), 1)]),
+                counts: BTreeMap::from([(r.state.into(), 1)]),
                 single: Some(r.name.clone()),
                 reason: r.reason.clone(),
                 needs: Vec::new(),
@@ -132,7 +132,7 @@ pub fn nodes(pipeline: Option<&Pipeline>, rows: &[StepRow]) -> Vec<Node> {
     }
     for (node, rows) in out.iter_mut().zip(members) {
         for r in &rows {
-            *node.counts.entry(r.state.clone()).or_default() += 1;
+            *node.counts.entry(r.state.into()).or_default() += 1;
         }
         if let [one] = rows.as_slice() {
             node.single = Some(one.name.clone());
@@ -296,7 +296,7 @@ mod tests {
     fn node(name: &str, needs: &[&str], level: u32) -> Node {
         Node {
             name: name.into(),
-            counts: BTreeMap::from([(st::SUCCEEDED.to_owned(), 1)]),
+            counts: BTreeMap::from([(st::SUCCEEDED.into(), 1)]),
             single: Some(name.into()),
             reason: None,
             needs: needs.iter().map(|s| (*s).to_owned()).collect(),
@@ -344,9 +344,9 @@ mod tests {
         let mut n = node("eval", &[], 0);
         n.single = None;
         n.counts = BTreeMap::from([
-            (st::SUCCEEDED.to_owned(), 5),
-            (st::RUNNING.to_owned(), 2),
-            (st::FAILED.to_owned(), 1),
+            (st::SUCCEEDED.into(), 5),
+            (st::RUNNING.into(), 2),
+            (st::FAILED.into(), 1),
         ]);
         assert_eq!(n.state(), st::RUNNING);
         assert_eq!(summary(&n), "8 instances: 1 failed, 2 running, 5 succeeded");

@@ -44,7 +44,7 @@ pub async fn queue(State(state): State<AppState>, session: Session) -> Result<Re
         .list(
             who,
             &Filter {
-                state: Some(rs::RUNNING.to_owned()),
+                state: Some(rs::RUNNING.into()),
                 limit: MAX_RUNS,
                 ..Filter::default()
             },
@@ -56,7 +56,7 @@ pub async fn queue(State(state): State<AppState>, session: Session) -> Result<Re
             continue;
         };
         for s in d.view.steps.as_deref().unwrap_or_default() {
-            if ![st::RUNNING, st::QUEUED].contains(&s.state.as_str()) {
+            if ![st::RUNNING, st::QUEUED].iter().any(|x| *x == s.state) {
                 continue;
             }
             let last = s.attempts.last();

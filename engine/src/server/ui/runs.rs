@@ -502,7 +502,7 @@ pub async fn log_text(
         .rows
         .iter()
         .find(|r| r.name == step)
-        .is_none_or(|r| ![st::RUNNING, st::QUEUED, st::PENDING].contains(&r.state.as_str()));
+        .is_none_or(|r| ![st::RUNNING, st::QUEUED, st::PENDING].contains(&r.state));
     let bytes = log_of(&state, &session, &d.view.id, &step, None).await?;
     let from = query
         .ok()

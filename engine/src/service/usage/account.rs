@@ -347,12 +347,18 @@ mod tests {
     fn only_preempted_and_lost_attempts_waste_work_since_their_last_checkpoint() {
         let min = |m: u64| Some(Duration::from_secs(60 * m));
         // 25 minutes, checkpointed every 10: the last 5 minutes are lost.
-        assert_eq!(lost_ms(at::PREEMPTED, 25 * 60_000, min(10)), 5 * 60_000);
-        assert_eq!(lost_ms(at::LOST, 25 * 60_000, min(10)), 5 * 60_000);
-        // Without checkpoints, everything.
-        assert_eq!(lost_ms(at::PREEMPTED, 25 * 60_000, None), 25 * 60_000);
         assert_eq!(
-            lost_ms(at::LOST, 25 * 60_000, Some(Duration::ZERO)),
+            lost_ms(at::PREEMPTED.as_str(), 25 * 60_000, min(10)),
+            5 * 60_000
+        );
+        assert_eq!(lost_ms(at::LOST.as_str(), 25 * 60_000, min(10)), 5 * 60_000);
+        // Without checkpoints, everything.
+        assert_eq!(
+            lost_ms(at::PREEMPTED.as_str(), 25 * 60_000, None),
+            25 * 60_000
+        );
+        assert_eq!(
+            lost_ms(at::LOST.as_str(), 25 * 60_000, Some(Duration::ZERO)),
             25 * 60_000
         );
         // Any other end loses nothing.
@@ -363,7 +369,7 @@ mod tests {
             at::TIMEOUT,
             at::RUNNING,
         ] {
-            assert_eq!(lost_ms(state, 25 * 60_000, None), 0, "{state}");
+            assert_eq!(lost_ms(state.as_str(), 25 * 60_000, None), 0, "{state}");
         }
     }
 
@@ -371,7 +377,11 @@ mod tests {
     fn a_preempted_attempt_shows_its_lost_gpu_time_as_wasted() {
         // 4 GPUs for 25 minutes, checkpointed every 10: 4 x 5 minutes lost.
         let mut s = during(share("t", "p", "x", 4, 0), 0, 25 * 60_000);
-        s.lost_ms = lost_ms(at::PREEMPTED, 25 * 60_000, Some(Duration::from_secs(600)));
+        s.lost_ms = lost_ms(
+            at::PREEMPTED.as_str(),
+            25 * 60_000,
+            Some(Duration::from_secs(600)),
+        );
         let u = account(&[s], Window::default(), &[Key::Team]);
         assert_eq!(u.total.wasted_gpu_hours, 4.0 * 5.0 / 60.0);
         assert_eq!(u.total.gpu_hours, 4.0 * 25.0 / 60.0);

@@ -70,7 +70,7 @@ async fn run(h: &Home, id: &str, team: &str, cluster: bool) {
     let step = |name: &str| StepRow {
         name: name.into(),
         step: name.into(),
-        state: "Pending".into(),
+        state: crate::run::state::StepState::Pending,
         ..StepRow::default()
     };
     let run = NewRun {
@@ -153,7 +153,7 @@ async fn pools_prices_lost_work_and_running_attempts_give_exact_figures() {
         "r1",
         "fit",
         1,
-        at::PREEMPTED,
+        at::PREEMPTED.as_str(),
         (NOW - 5 * H, Some(NOW - 5 * H + 2 * H + H / 4)),
         (8000, Some("0,1,0,1")),
         Some((&job, "[0, 1]")),
@@ -166,7 +166,7 @@ async fn pools_prices_lost_work_and_running_attempts_give_exact_figures() {
         "r1",
         "fit",
         2,
-        at::RUNNING,
+        at::RUNNING.as_str(),
         (NOW - H, None),
         (4000, Some("0,1")),
         Some((&one, "[2]")),
@@ -228,7 +228,7 @@ async fn without_a_cluster_attempts_are_on_the_free_local_pool() {
         "r1",
         "eval",
         1,
-        at::LOST,
+        at::LOST.as_str(),
         (NOW - 2 * H, Some(NOW - H)),
         (1500, Some("3")),
         None,
@@ -268,7 +268,7 @@ async fn a_team_bound_principal_sees_its_own_team_only() {
             r,
             "eval",
             1,
-            at::SUCCEEDED,
+            at::SUCCEEDED.as_str(),
             (NOW - H, Some(NOW)),
             (1000, None),
             None,

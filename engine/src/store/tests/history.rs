@@ -40,14 +40,14 @@ conformance!(
                 .expect("create");
         }
         // fit in train of vision: 10, then 30 (a failed 50 between), then 20 minutes.
-        ended(&store, "r1", "fit", 1, at::SUCCEEDED, (0, 10)).await;
-        ended(&store, "r1", "fit", 2, at::FAILED, (10, 60)).await;
-        ended(&store, "r2", "fit", 1, at::SUCCEEDED, (100, 130)).await;
-        ended(&store, "r2", "fit", 2, at::SUCCEEDED, (200, 220)).await;
+        ended(&store, "r1", "fit", 1, at::SUCCEEDED.as_str(), (0, 10)).await;
+        ended(&store, "r1", "fit", 2, at::FAILED.as_str(), (10, 60)).await;
+        ended(&store, "r2", "fit", 1, at::SUCCEEDED.as_str(), (100, 130)).await;
+        ended(&store, "r2", "fit", 2, at::SUCCEEDED.as_str(), (200, 220)).await;
         // Not fit's, or not of vision's train.
-        ended(&store, "r1", "eval", 1, at::SUCCEEDED, (20, 21)).await;
-        ended(&store, "r3", "fit", 1, at::SUCCEEDED, (0, 90)).await;
-        ended(&store, "r4", "fit", 1, at::SUCCEEDED, (0, 80)).await;
+        ended(&store, "r1", "eval", 1, at::SUCCEEDED.as_str(), (20, 21)).await;
+        ended(&store, "r3", "fit", 1, at::SUCCEEDED.as_str(), (0, 90)).await;
+        ended(&store, "r4", "fit", 1, at::SUCCEEDED.as_str(), (0, 80)).await;
         let min = 60_000;
         let d = |limit| store.durations("vision", "train", "fit", limit);
         assert_eq!(

@@ -65,7 +65,7 @@ fn step(name: &str) -> StepRow {
     StepRow {
         name: name.into(),
         step: name.into(),
-        state: ss::PENDING.into(),
+        state: ss::PENDING,
         ..StepRow::default()
     }
 }
@@ -92,7 +92,7 @@ fn attempt(step: &str, number: i64, millicpu: i64) -> AttemptRow {
     AttemptRow {
         step: step.into(),
         number,
-        state: at::RUNNING.into(),
+        state: at::RUNNING,
         dir: format!("/attempts/{step}/{number}"),
         millicpu,
         memory: 1 << 20,
@@ -129,7 +129,7 @@ conformance!(runs_are_created_and_read_back, |store, backend| {
     let row = store.run("r1").await.expect("run");
     assert_eq!(
         (row.name.as_str(), row.team.as_str(), row.state.as_str()),
-        ("train", "vision", rs::RUNNING)
+        ("train", "vision", rs::RUNNING.as_str())
     );
     assert!(!row.cancel_requested && row.holder().is_none() && row.ended_at.is_none());
     let names: Vec<String> = store
@@ -171,7 +171,7 @@ conformance!(
         assert_eq!(ids(store.runs(None, None, 1).await.expect("one")), ["c3"]);
         assert!(
             store
-                .runs(None, Some(rs::SUCCEEDED), 10)
+                .runs(None, Some(rs::SUCCEEDED.as_str()), 10)
                 .await
                 .expect("none")
                 .is_empty()
@@ -250,7 +250,7 @@ conformance!(a_change_is_committed_whole, |store, backend| {
         .await
         .expect("create");
     let mut a = step("a");
-    a.state = ss::SUCCEEDED.into();
+    a.state = ss::SUCCEEDED;
     a.attempts = 1;
     a.metrics = Some(r#"{"loss":0.5}"#.into());
     let mut extra = step("a[1]");
@@ -259,7 +259,7 @@ conformance!(a_change_is_committed_whole, |store, backend| {
         steps: vec![&a],
         new_steps: vec![&extra],
         attempts: vec![],
-        run_end: Some((rs::FAILED.into(), Some("b failed".into()))),
+        run_end: Some((rs::FAILED, Some("b failed".into()))),
         events: (0..1500)
             .map(|i| Event {
                 step: Some("a".into()),
@@ -347,13 +347,13 @@ conformance!(cancel_and_retry_flags_round_trip, |store, backend| {
     store.request_cancel("c").await.expect("cancel");
     assert!(store.cancel_requested("c").await.expect("flag"));
     let mut failed = step("s");
-    failed.state = ss::FAILED.into();
+    failed.state = ss::FAILED;
     store
         .commit(
             "c",
             Change {
                 steps: vec![&failed],
-                run_end: Some((rs::CANCELLED.into(), None)),
+                run_end: Some((rs::CANCELLED, None)),
                 ..Change::default()
             },
         )
@@ -449,7 +449,7 @@ conformance!(orphans_are_found_and_collected_once, |store, backend| {
         ("o", "s")
     );
     let mut lost = orphans[0].attempt.clone();
-    lost.state = at::LOST.into();
+    lost.state = at::LOST;
     let ended = vec![("o".to_owned(), lost)];
     assert_eq!(store.collect(&ended).await.expect("collect"), 1);
     // A second collector changes nothing: the first record of the end stands.
@@ -482,7 +482,7 @@ conformance!(deleting_a_run_goes_in_two_steps, |store, backend| {
         .commit(
             "d",
             Change {
-                run_end: Some((rs::SUCCEEDED.into(), None)),
+                run_end: Some((rs::SUCCEEDED, None)),
                 ..Change::default()
             },
         )

@@ -52,6 +52,41 @@ conformance!(
 );
 
 conformance!(
+    a_state_no_lifecycle_has_is_an_error_naming_the_row,
+    |store, backend| {
+        store
+            .create_run(&new_run("odd", "p", "t", &["s"]), None)
+            .await
+            .expect("create");
+        sqlx::query("UPDATE steps SET state = 'Done' WHERE run_id = 'odd'")
+            .execute(store.pool())
+            .await
+            .expect("corrupt the step");
+        let Err(Error::Corrupt(text)) = store.steps("odd").await else {
+            panic!("a step state of 'Done' is refused");
+        };
+        assert!(
+            text.contains("step s of run odd")
+                && text.contains("\"Done\" is not a StepState")
+                && text.contains("Pending, Queued, Running"),
+            "{backend}: {text}"
+        );
+        // The contract's names, exactly: a lowercase run state is not one either.
+        sqlx::query("UPDATE runs SET state = 'running' WHERE id = 'odd'")
+            .execute(store.pool())
+            .await
+            .expect("corrupt the run");
+        let Err(Error::Corrupt(text)) = store.run("odd").await else {
+            panic!("a run state of 'running' is refused");
+        };
+        assert!(
+            text.contains("run odd") && text.contains("RunState"),
+            "{text}"
+        );
+    }
+);
+
+conformance!(
     reopening_migrates_once_and_a_newer_schema_is_refused,
     |store, backend| {
         let location = location_of(&store, backend);

@@ -50,7 +50,7 @@ conformance!(the_machine_is_never_overcommitted, |store, backend| {
     assert_eq!(running(&store).await, 1);
     // Ending `a` in the same transaction frees the room `b` needs.
     let mut ended = attempt("a", 1, 600);
-    ended.state = at::SUCCEEDED.into();
+    ended.state = at::SUCCEEDED;
     ended.exit_code = Some(0);
     let before = Change {
         attempts: vec![&ended],
@@ -67,7 +67,7 @@ conformance!(the_machine_is_never_overcommitted, |store, backend| {
     assert_eq!(attempts[1].gpus.as_deref(), Some("0"));
     // A step larger than the whole machine still runs, alone.
     let mut b_done = attempt("b", 1, 600);
-    b_done.state = at::FAILED.into();
+    b_done.state = at::FAILED;
     store
         .commit(
             "r",
@@ -194,9 +194,9 @@ conformance!(waiting_steps_keep_their_age_and_order, |store, backend| {
             .expect("create");
     }
     let mut queued_a = step("a");
-    queued_a.state = ss::QUEUED.into();
+    queued_a.state = ss::QUEUED;
     let mut queued_b = step("b");
-    queued_b.state = ss::QUEUED.into();
+    queued_b.state = ss::QUEUED;
     let queue = Change {
         steps: vec![&queued_a, &queued_b],
         ..Change::default()
@@ -293,7 +293,7 @@ conformance!(
             },
         );
         let mut ended = attempt("a", 1, 600);
-        ended.state = at::SUCCEEDED.into();
+        ended.state = at::SUCCEEDED;
         ended.exit_code = Some(0);
         store
             .commit(

@@ -223,7 +223,7 @@ conformance!(
             .bind(run)
             .bind(step)
             .bind(number)
-            .bind(state)
+            .bind(state.as_str())
             .bind(format!("/attempts/{run}/{step}.{number}"))
             .bind(hour(start))
             .bind(end.map(hour))
@@ -255,7 +255,7 @@ conformance!(
                 "vision",
                 "train",
                 "fit",
-                at::PREEMPTED,
+                at::PREEMPTED.as_str(),
                 1500,
                 Some("0,1"),
                 Some(hour(3).as_str())

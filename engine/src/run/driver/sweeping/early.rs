@@ -56,8 +56,7 @@ impl<E: Executor> Driver<E> {
                 .trials
                 .iter()
                 .filter(|(n, i)| {
-                    st::is_terminal(&self.rows[**i].state)
-                        && !self.sweeps[si].curves.contains_key(n)
+                    st::is_terminal(self.rows[**i].state) && !self.sweeps[si].curves.contains_key(n)
                 })
                 .map(|(&n, &i)| (n, i))
                 .collect();

@@ -55,7 +55,7 @@ pub fn report(pipeline: &Pipeline, rows: &[StepRow]) -> Option<Report> {
             Some(TrialReport {
                 step: r.name.clone(),
                 trial: s.number(&r.name)?,
-                state: r.state.clone(),
+                state: r.state.into(),
                 params: r
                     .item
                     .as_deref()
@@ -69,7 +69,7 @@ pub fn report(pipeline: &Pipeline, rows: &[StepRow]) -> Option<Report> {
     trials.sort_by_key(|t| t.trial);
     let mut ranked: Vec<(f64, &TrialReport)> = trials
         .iter()
-        .filter(|t| matches!(t.state.as_str(), st::SUCCEEDED | st::STOPPED))
+        .filter(|t| t.state == st::SUCCEEDED || t.state == st::STOPPED)
         .filter_map(|t| t.value.map(|v| (s.loss(v), t)))
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.trial.cmp(&b.1.trial)));

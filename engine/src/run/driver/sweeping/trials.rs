@@ -45,7 +45,7 @@ impl<E: Executor> Driver<E> {
                     .reason
                     .as_deref()
                     .is_some_and(|r| r.starts_with(STOPPING))
-                    && !st::is_terminal(&row.state)
+                    && !st::is_terminal(row.state)
                 {
                     self.sweeps[si].stopping_note(n);
                 }
@@ -71,7 +71,7 @@ impl<E: Executor> Driver<E> {
     pub(in crate::run::driver) fn observe(&mut self, si: usize, n: u64, idx: usize) {
         let row = &self.rows[idx];
         let s = &mut self.sweeps[si];
-        if !matches!(row.state.as_str(), st::SUCCEEDED | st::STOPPED) {
+        if !matches!(row.state, st::SUCCEEDED | st::STOPPED) {
             return;
         }
         let Some(v) = s.value(row) else {
@@ -160,7 +160,7 @@ impl<E: Executor> Driver<E> {
             let open: Vec<(u64, usize)> = self.sweeps[si]
                 .trials
                 .iter()
-                .filter(|(_, i)| !st::is_terminal(&self.rows[**i].state))
+                .filter(|(_, i)| !st::is_terminal(self.rows[**i].state))
                 .map(|(&n, &i)| (n, i))
                 .collect();
             for (n, idx) in open {
@@ -223,7 +223,7 @@ impl<E: Executor> Driver<E> {
                 .range(..=window)
                 .filter_map(|(_, &i)| {
                     let r = &self.rows[i];
-                    if !matches!(r.state.as_str(), st::SUCCEEDED | st::STOPPED) {
+                    if !matches!(r.state, st::SUCCEEDED | st::STOPPED) {
                         return None;
                     }
                     Some(tpe::Observation {
@@ -254,7 +254,7 @@ impl<E: Executor> Driver<E> {
     fn advance_window(&mut self, si: usize) {
         let s = &mut self.sweeps[si];
         while let Some(&i) = s.trials.get(&s.first_open) {
-            if !st::is_terminal(&self.rows[i].state) {
+            if !st::is_terminal(self.rows[i].state) {
                 break;
             }
             s.first_open += 1;
@@ -281,7 +281,7 @@ impl<E: Executor> Driver<E> {
             name: format!("{}[{n}]", s.prefix),
             step: s.trial_step.clone(),
             item: Some(serde_json::Value::Object(params).to_string()),
-            state: st::QUEUED.into(),
+            state: st::QUEUED,
             ..StepRow::default()
         };
         s.created = n;
@@ -307,7 +307,7 @@ impl<E: Executor> Driver<E> {
                         let loss = *losses.get(k)?;
                         let promoted = s.trials.get(&n).is_some_and(|&i| {
                             s.rung_in(rungs, self.rows[i].item.as_deref()) > k
-                                || !st::is_terminal(&self.rows[i].state)
+                                || !st::is_terminal(self.rows[i].state)
                         });
                         Some((n, loss, promoted))
                     })
@@ -395,7 +395,7 @@ impl<E: Executor> Driver<E> {
                     members.iter().filter(|(_, _, rung)| *rung >= k).collect();
                 if at_k
                     .iter()
-                    .any(|(_, i, rung)| *rung == k && !st::is_terminal(&self.rows[*i].state))
+                    .any(|(_, i, rung)| *rung == k && !st::is_terminal(self.rows[*i].state))
                 {
                     return None; // the round has not ended
                 }
@@ -418,7 +418,7 @@ impl<E: Executor> Driver<E> {
             // Every round of this bracket is decided: its last round must end too.
             if members
                 .iter()
-                .any(|(_, i, _)| !st::is_terminal(&self.rows[*i].state))
+                .any(|(_, i, _)| !st::is_terminal(self.rows[*i].state))
             {
                 return None;
             }
