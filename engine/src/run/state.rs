@@ -1,4 +1,5 @@
-//! The lifecycle's states, typed: a run's, a step's and an attempt's. They are stored and
+//! The lifecycle's states, typed: a run's, a step's and an attempt's (and the kinds of a
+//! run's event log). They are stored and
 //! shown as exactly the names the CLI contract spells (`Succeeded`, `Cancelled`, ...), and
 //! decoded when a row is read (`store::read`): a name no state has is an error naming the
 //! row, not a string compared later.
@@ -194,6 +195,31 @@ impl RunState {
     }
 }
 
+states! {
+    /// What an entry of a run's append-only event log records (the `events` table's
+    /// `kind`, kept for audits and post-mortems).
+    EventKind {
+        /// The run was submitted.
+        Created = "created",
+        /// An attempt was handed to the executor.
+        AttemptStarted = "attempt-started",
+        /// An attempt ended; its detail is the attempt's state.
+        AttemptEnded = "attempt-ended",
+        /// An attempt's executor lost it (its runtime, pod or node went away).
+        AttemptLost = "attempt-lost",
+        /// An attempt of a dead engine's run, collected by another process.
+        AttemptCollected = "attempt-collected",
+        /// A step was asked to stop for a step of a higher priority, or a quota's owner.
+        Preempting = "preempting",
+        /// A sweep's trial stopped early (median rule, the sweep's target reached).
+        EarlyStop = "early-stop",
+        /// `sluice retry` reopened the run.
+        Retried = "retried",
+        /// The run ended; its detail is the run's state.
+        Ended = "ended",
+    }
+}
+
 /// Step states, by the names the driver's code reads them with.
 pub mod step {
     pub use super::StepState;
@@ -257,6 +283,9 @@ mod tests {
         }
         for s in RunState::ALL {
             assert_eq!(s.as_str().parse::<RunState>(), Ok(*s));
+        }
+        for s in EventKind::ALL {
+            assert_eq!(s.as_str().parse::<EventKind>(), Ok(*s));
         }
     }
 

@@ -1,6 +1,7 @@
 //! The decisions of a run, as pure functions: what a step waiting on its needs does next
 //! (wait, start, cancelled), and what an attempt's end means for its step (succeeded, failed,
-//! retried after a backoff, timed out, cancelled, preempted, lost, stopped). They read the
+//! retried after a backoff, timed out, cancelled, preempted, lost, stopped), how a run ends,
+//! what a retry reopens and a promoted trial. They read the
 //! facts the driver gathered and return the change to commit and the action that follows;
 //! the driver commits, then acts. No I/O and no clock: `now_ms` is given.
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use sluice_runtime::contract::End;
 
-use super::state::{attempt as at, step as st};
+use super::state::{attempt as at, run as rs, step as st};
 use crate::spec::model::{Retry, RetryOn};
 
 /// The run, as the decisions about its steps see it.
@@ -293,6 +294,97 @@ pub fn reopen(state: st::StepState, placeholder: bool, on_exit: bool) -> Reopen 
         Reopen::Again
     } else {
         Reopen::Keep
+    }
+}
+
+/// A step as its run's end reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct Finished<'a> {
+    pub name: &'a str,
+    pub state: st::StepState,
+    pub reason: Option<&'a str>,
+    /// A sweep's trial: how it ended is the sweep's objective, not the run's failure.
+    pub trial: bool,
+    /// An onExit step: cancelled (the run was), it does not fail the run.
+    pub on_exit: bool,
+}
+
+/// How the run ends once nothing is left to run: `Failed` when it timed out or a step (not a
+/// trial) failed or was cancelled outside a cancel of the run, `Cancelled` when the run was
+/// cancelled, else `Succeeded`; and, unless it succeeded, why (the timeout, or the first
+/// failed step: the sweep's own reason for a sweep's run).
+pub fn run_end<'a>(
+    steps: impl IntoIterator<Item = Finished<'a>> + Clone,
+    timed_out: bool,
+    cancelling: bool,
+    from_sweep: bool,
+) -> (rs::RunState, Option<String>) {
+    let counts = |s: &Finished<'_>| !s.trial;
+    let state =
+        if timed_out {
+            rs::FAILED
+        } else if cancelling {
+            rs::CANCELLED
+        } else if steps.clone().into_iter().any(|s| {
+            counts(&s) && (s.state == st::FAILED || (s.state == st::CANCELLED && !s.on_exit))
+        }) {
+            rs::FAILED
+        } else {
+            rs::SUCCEEDED
+        };
+    if state == rs::SUCCEEDED {
+        return (state, None);
+    }
+    let reason = if timed_out {
+        Some("the run timed out".to_owned())
+    } else {
+        steps
+            .into_iter()
+            .find(|s| s.state == st::FAILED && counts(s))
+            .map(|s| match (s.reason, from_sweep) {
+                (Some(why), true) => why.to_owned(),
+                _ => format!("step '{}' failed", s.name),
+            })
+    };
+    (state, reason)
+}
+
+/// How a run this version cannot drive ends (its stored document no longer reads, say):
+/// `Failed`, saying why, rather than `Running` with nobody able to drive it.
+pub fn undrivable(why: String) -> (rs::RunState, Option<String>) {
+    (rs::FAILED, Some(why))
+}
+
+/// A trial promoted to the next rung of ASHA or the next round of Hyperband (which trial is
+/// `sweep::asha`'s and the bracket's decision): its parameters with the rung's budget set,
+/// queued again to continue from its own checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Promotion {
+    /// The trial's parameters (its row's `item`), the budget parameter set.
+    pub item: String,
+    pub state: st::StepState,
+    /// What `status` shows for it.
+    pub reason: String,
+}
+
+/// See [`Promotion`]: `item` the trial's parameters as stored, `rung` the rung it goes
+/// to (0-based, shown from 1), `name = value` that rung's budget parameter.
+pub fn promote(
+    item: Option<&str>,
+    rung: usize,
+    name: &str,
+    value: &serde_json::Value,
+) -> Promotion {
+    // A trial's parameters are a JSON object written by the driver; anything else (none)
+    // starts from no parameters rather than failing the sweep.
+    let mut params: serde_json::Map<String, serde_json::Value> = item
+        .and_then(|i| serde_json::from_str(i).ok())
+        .unwrap_or_default();
+    params.insert(name.to_owned(), value.clone());
+    Promotion {
+        item: serde_json::Value::Object(params).to_string(),
+        state: st::QUEUED,
+        reason: format!("promoted to rung {} ({name}={value})", rung + 1),
     }
 }
 

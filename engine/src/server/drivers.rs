@@ -14,7 +14,6 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use super::metrics::Metrics;
 use crate::run::admission::Schedulers;
-use crate::run::state::run as rs;
 use crate::run::{self, Driver, Ending, Interrupt};
 use crate::service::Service;
 use crate::store::Store;
@@ -132,11 +131,15 @@ impl Drivers {
         let opened = match Driver::open(store.clone(), id, &self.schedulers, clock).await {
             Ok(opened) => opened,
             Err(run::driver::Error::Invalid(why)) => {
-                // A run this version cannot drive ends Failed, saying why, rather than
-                // staying Running with nobody able to drive it.
                 tracing::warn!("run {id} cannot be driven: {why}");
+                let end = run::transitions::undrivable(why);
                 let change = crate::store::Change {
-                    run_end: Some((rs::FAILED.to_owned(), Some(why))),
+                    events: vec![crate::store::Event {
+                        step: None,
+                        kind: crate::store::EventKind::Ended,
+                        detail: Some(end.0.into()),
+                    }],
+                    run_end: Some(end),
                     ..crate::store::Change::default()
                 };
                 if let Err(e) = store.commit(id, change).await {

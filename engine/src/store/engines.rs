@@ -2,7 +2,9 @@
 //! ended, by any `sluice` on the home (see `run::reap`).
 
 use super::read::Reader;
-use super::rows::{AttemptRow, Event, Holder, attempt_row, end_running_attempt, insert_events};
+use super::rows::{
+    AttemptRow, Event, EventKind, Holder, attempt_row, end_running_attempt, insert_events,
+};
 use super::{Error, Lock, Store};
 
 /// A `Running` attempt of a `Running` run, with what tells whether the run's engine lives.
@@ -132,7 +134,7 @@ impl Store {
                     run,
                     &[Event {
                         step: Some(a.step.clone()),
-                        kind: "attempt-collected".into(),
+                        kind: EventKind::AttemptCollected,
                         detail: Some(a.state.into()),
                     }],
                     &self.at().text,

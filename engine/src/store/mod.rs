@@ -46,7 +46,7 @@ pub use leases::Kept;
 pub use load::Load;
 pub use location::{Location, choose, chosen};
 pub use room::{Need, Ticket};
-pub use rows::{AttemptRow, Capacity, Change, Event, Holder, NewRun, RunRow, StepRow};
+pub use rows::{AttemptRow, Capacity, Change, Event, EventKind, Holder, NewRun, RunRow, StepRow};
 pub use runs::RunQuery;
 pub use scheduling::{Claim, Placed, Rate};
 pub use tokens::{AuditRow, TokenRow};

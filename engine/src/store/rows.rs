@@ -4,6 +4,7 @@ use sqlx::any::AnyRow;
 
 use super::read::Reader;
 use super::{Error, Tx};
+pub use crate::run::state::EventKind;
 use crate::run::state::{AttemptState, RunState, StepState};
 
 /// A run as submitted: its identity, its source and its step instances.
@@ -133,7 +134,7 @@ impl RunRow {
 #[derive(Clone, Debug)]
 pub struct Event {
     pub step: Option<String>,
-    pub kind: String,
+    pub kind: EventKind,
     pub detail: Option<String>,
 }
 
@@ -321,7 +322,7 @@ pub(super) async fn insert_events(
                 .bind(run)
                 .bind(at)
                 .bind(e.step.clone())
-                .bind(e.kind.clone())
+                .bind(e.kind.as_str())
                 .bind(e.detail.clone());
         }
         q.execute(&mut **tx).await?;
@@ -363,7 +364,7 @@ pub(super) async fn started(
         run,
         &[Event {
             step: Some(step.name.clone()),
-            kind: "attempt-started".into(),
+            kind: EventKind::AttemptStarted,
             detail: Some(number.to_string()),
         }],
         &at.text,

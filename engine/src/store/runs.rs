@@ -3,7 +3,7 @@
 
 use super::read::{Reader, column};
 use super::rows::{
-    AttemptRow, Capacity, Change, Event, NewRun, RunRow, START_ATTEMPT, StepRow, apply,
+    AttemptRow, Capacity, Change, Event, EventKind, NewRun, RunRow, START_ATTEMPT, StepRow, apply,
     attempt_row, insert_events, insert_step, run_row, started, step_row, update_step,
 };
 use super::{Error, Holder, Lock, Store};
@@ -425,7 +425,7 @@ impl Store {
             run,
             &[Event {
                 step: None,
-                kind: "retried".into(),
+                kind: EventKind::Retried,
                 detail: None,
             }],
             &self.at().text,
@@ -470,7 +470,7 @@ impl Store {
             .bind(run)
             .bind(step)
             .bind(outputs)
-            .bind(crate::time::now_rfc3339())
+            .bind(self.at().text)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -552,7 +552,7 @@ pub(super) async fn insert_run(
         &run.id,
         &[Event {
             step: None,
-            kind: "created".into(),
+            kind: EventKind::Created,
             detail: None,
         }],
         &at.text,

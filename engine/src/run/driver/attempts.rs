@@ -11,7 +11,7 @@ use crate::run::launch;
 use crate::run::state::{attempt as at, step as st};
 use crate::run::transitions::{self, Ended, Outcome};
 use crate::spec::model::Step;
-use crate::store::{AttemptRow, Change, Event};
+use crate::store::{AttemptRow, Change, Event, EventKind};
 
 impl<E: Executor> Driver<E> {
     /// What the executor reports of an attempt: its end, or that it is lost.
@@ -134,7 +134,7 @@ impl<E: Executor> Driver<E> {
             attempts: vec![&attempt],
             events: vec![Event {
                 step: Some(name.to_owned()),
-                kind: "attempt-lost".into(),
+                kind: EventKind::AttemptLost,
                 detail: Some(reason),
             }],
             ..Change::default()
@@ -214,7 +214,7 @@ impl<E: Executor> Driver<E> {
         // Deferred: committed with the next start, or before the engine waits (see `Pending`).
         self.pending.events.push(Event {
             step: Some(name.to_owned()),
-            kind: "attempt-ended".into(),
+            kind: EventKind::AttemptEnded,
             detail: Some(attempt.state.into()),
         });
         self.pending.steps.push(row);

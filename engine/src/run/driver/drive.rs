@@ -8,8 +8,9 @@ use tokio::sync::mpsc;
 use super::{Driver, Ending, Error, Interrupt, Watcher, store_file_id};
 use crate::executor::{Executor, Reason};
 use crate::run::engine::{self, LEASE_MS};
-use crate::run::state::{run as rs, step as st};
-use crate::store::{Change, Event};
+use crate::run::state::run as rs;
+use crate::run::transitions;
+use crate::store::{Change, Event, EventKind};
 
 /// How often a driver looks at its run's requests (a cancel), its deadline and its room even
 /// without news: a last resort. Everything it learns when it happens: attempts' events from
@@ -64,9 +65,10 @@ impl<E: Executor> Driver<E> {
             // Nothing is decided or started over a home that is gone (one stat).
             self.check_home()?;
             self.advance(watcher).await?;
-            if let Some(state) = self.finished() {
+            if let Some(end) = self.finished() {
                 drop(kept);
-                self.end(state, watcher).await?;
+                let state = end.0;
+                self.end(end, watcher).await?;
                 return Ok(Ending::Ended(state));
             }
             let now = self.clock.now_ms();
@@ -252,49 +254,39 @@ impl<E: Executor> Driver<E> {
             .any(|&i| self.rows[i].not_before.is_none_or(|nb| nb <= now))
     }
 
-    /// Whether every step has ended and nothing runs: the run's final state.
-    fn finished(&self) -> Option<rs::RunState> {
+    /// Whether every step has ended and nothing runs: how the run ends.
+    fn finished(&self) -> Option<(rs::RunState, Option<String>)> {
         if !self.live.is_empty() || self.open_all > 0 {
             return None;
         }
-        Some(self.final_state())
-    }
-
-    fn final_state(&self) -> rs::RunState {
-        if self.timed_out {
-            return rs::FAILED;
-        }
-        if self.cancelling {
-            return rs::CANCELLED;
-        }
-        let failed = self.rows.iter().any(|r| {
-            !self.is_trial(r)
-                && (r.state == st::FAILED || (r.state == st::CANCELLED && !self.is_on_exit(r)))
+        let steps = self.rows.iter().map(|r| transitions::Finished {
+            name: &r.name,
+            state: r.state,
+            reason: r.reason.as_deref(),
+            trial: self.is_trial(r),
+            on_exit: self.is_on_exit(r),
         });
-        if failed { rs::FAILED } else { rs::SUCCEEDED }
+        Some(transitions::run_end(
+            steps,
+            self.timed_out,
+            self.cancelling,
+            self.pipeline.from_sweep,
+        ))
     }
 
-    async fn end(&mut self, state: rs::RunState, watcher: &mut dyn Watcher) -> Result<(), Error> {
+    async fn end(
+        &mut self,
+        (state, reason): (rs::RunState, Option<String>),
+        watcher: &mut dyn Watcher,
+    ) -> Result<(), Error> {
         // The run's logs are all in the object store before it is said to have ended.
         self.executor.settle().await;
         self.check_home()?;
-        let reason = if self.timed_out {
-            Some("the run timed out".to_owned())
-        } else {
-            self.rows
-                .iter()
-                .find(|r| r.state == st::FAILED && !self.is_trial(r))
-                .map(|r| match (&r.reason, self.pipeline.from_sweep) {
-                    (Some(why), true) => why.clone(),
-                    _ => format!("step '{}' failed", r.name),
-                })
-        };
-        let reason = if state == rs::SUCCEEDED { None } else { reason };
         self.commit(Change {
             run_end: Some((state, reason)),
             events: vec![Event {
                 step: None,
-                kind: "ended".into(),
+                kind: EventKind::Ended,
                 detail: Some(state.into()),
             }],
             ..Change::default()

@@ -9,7 +9,7 @@ use crate::executor::{Executor, Handle, Reason};
 use crate::run::admission::Scheduler;
 use crate::run::cluster::Scheduling;
 use crate::run::history;
-use crate::store::{self, Event, Placed};
+use crate::store::{self, Event, EventKind, Placed};
 
 /// At most this many steps of one run wait on the cluster at once.
 const MAX_WAITING: usize = 256;
@@ -182,7 +182,7 @@ impl<E: Executor> Driver<E> {
             ));
             self.pending.events.push(Event {
                 step: Some(for_step.clone()),
-                kind: "preempting".into(),
+                kind: EventKind::Preempting,
                 detail: Some(format!("{run}/{step}")),
             });
             victims.push(handle);

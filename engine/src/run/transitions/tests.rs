@@ -400,3 +400,136 @@ proptest! {
         }
     }
 }
+
+fn finished(name: &str, state: st::StepState) -> Finished<'_> {
+    Finished {
+        name,
+        state,
+        reason: None,
+        trial: false,
+        on_exit: false,
+    }
+}
+
+#[test]
+fn a_run_ends_failed_naming_its_first_failed_step_and_succeeds_without_a_reason() {
+    let steps = [
+        finished("prep", st::SUCCEEDED),
+        finished("train", st::FAILED),
+        finished("eval", st::FAILED),
+    ];
+    assert_eq!(
+        run_end(steps, false, false, false),
+        (rs::FAILED, Some("step 'train' failed".to_owned()))
+    );
+    let ok = [
+        finished("prep", st::SUCCEEDED),
+        finished("maybe", st::SKIPPED),
+        finished("again", st::CACHED),
+    ];
+    assert_eq!(run_end(ok, false, false, false), (rs::SUCCEEDED, None));
+    // A timeout says so, whatever the steps say.
+    assert_eq!(
+        run_end(ok, true, false, false),
+        (rs::FAILED, Some("the run timed out".to_owned()))
+    );
+    // A cancelled run is Cancelled, and its cancelled onExit step does not fail it.
+    let cleanup = Finished {
+        on_exit: true,
+        ..finished("cleanup", st::CANCELLED)
+    };
+    assert_eq!(
+        run_end(
+            [finished("train", st::CANCELLED), cleanup],
+            false,
+            true,
+            false
+        ),
+        (rs::CANCELLED, None)
+    );
+    // A sweep's failed trial is the sweep's business; its run fails with the sweep's reason.
+    let trial = Finished {
+        trial: true,
+        ..finished("trial-3", st::FAILED)
+    };
+    let sweep = Finished {
+        reason: Some("no trial reported the objective"),
+        ..finished("sweep", st::FAILED)
+    };
+    assert_eq!(run_end([trial], false, false, true), (rs::SUCCEEDED, None));
+    assert_eq!(
+        run_end([trial, sweep], false, false, true),
+        (
+            rs::FAILED,
+            Some("no trial reported the objective".to_owned())
+        )
+    );
+    assert_eq!(
+        undrivable("its document no longer reads".into()),
+        (rs::FAILED, Some("its document no longer reads".to_owned()))
+    );
+}
+
+proptest! {
+    /// A run succeeds exactly when it was neither cancelled nor timed out and no step that
+    /// counts failed (or was cancelled outside onExit); it has a reason only when it failed
+    /// for its timeout or a failed step, and never when it succeeded.
+    #[test]
+    fn a_run_succeeds_exactly_when_nothing_that_counts_failed(
+        steps in proptest::collection::vec(
+            (
+                proptest::sample::select(st::StepState::ALL.to_vec()),
+                any::<bool>(),
+                any::<bool>(),
+            ),
+            0..8,
+        ),
+        timed_out in any::<bool>(),
+        cancelling in any::<bool>(),
+        from_sweep in any::<bool>(),
+    ) {
+        let names: Vec<String> = (0..steps.len()).map(|i| format!("s{i}")).collect();
+        let rows: Vec<Finished<'_>> = steps
+            .iter()
+            .zip(&names)
+            .map(|(&(state, trial, on_exit), name)| Finished {
+                name,
+                state,
+                reason: Some("why"),
+                trial,
+                on_exit,
+            })
+            .collect();
+        let (state, reason) = run_end(rows.iter().copied(), timed_out, cancelling, from_sweep);
+        let bad = rows.iter().any(|s| {
+            !s.trial && (s.state == st::FAILED || (s.state == st::CANCELLED && !s.on_exit))
+        });
+        let failed_step = rows.iter().any(|s| !s.trial && s.state == st::FAILED);
+        prop_assert_eq!(state == rs::SUCCEEDED, !timed_out && !cancelling && !bad);
+        prop_assert_eq!(state == rs::CANCELLED, !timed_out && cancelling);
+        if state == rs::SUCCEEDED {
+            prop_assert_eq!(reason, None);
+        } else {
+            prop_assert_eq!(reason.is_some(), timed_out || failed_step);
+        }
+    }
+}
+
+#[test]
+fn a_promoted_trial_is_queued_again_with_the_next_rungs_budget_and_its_other_parameters() {
+    let p = promote(
+        Some(r#"{"lr":0.01,"epochs":1}"#),
+        1,
+        "epochs",
+        &serde_json::json!(3),
+    );
+    assert_eq!(p.state, st::QUEUED);
+    assert_eq!(p.reason, "promoted to rung 2 (epochs=3)");
+    let params: serde_json::Value = serde_json::from_str(&p.item).expect("JSON");
+    assert_eq!(params, serde_json::json!({"lr": 0.01, "epochs": 3}));
+    // A trial with no parameters stored gets just the budget.
+    assert_eq!(
+        promote(None, 1, "steps", &serde_json::json!(900)).item,
+        r#"{"steps":900}"#
+    );
+}

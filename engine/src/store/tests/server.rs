@@ -145,7 +145,7 @@ conformance!(
             run_end: None,
             events: vec![Event {
                 step: None,
-                kind: "by-a".into(),
+                kind: EventKind::Preempting,
                 detail: None,
             }],
         };
@@ -187,7 +187,7 @@ conformance!(
             "A's cancel was not recorded"
         );
         assert!(!store.renew_lead(a, "1@a", 40_000).await.expect("renew"));
-        assert_eq!(events(&store, "r").await, ["created", "by-a"]);
+        assert_eq!(events(&store, "r").await, ["created", "preempting"]);
         store
             .fenced(b)
             .commit("r", change())

@@ -6,7 +6,7 @@ use crate::executor::{Executor, Reason};
 use crate::run::driver::{Driver, Error};
 use crate::run::state::step as st;
 use crate::spec::model::Goal;
-use crate::store::{Change, Event};
+use crate::store::{Change, Event, EventKind};
 use crate::sweep::early_stop;
 
 /// A trial's objective: (step, value) in the order reported.
@@ -98,7 +98,7 @@ impl<E: Executor> Driver<E> {
                     steps: vec![&row],
                     events: vec![Event {
                         step: Some(name.clone()),
-                        kind: "early-stop".into(),
+                        kind: EventKind::EarlyStop,
                         detail: Some(format!("step {at}")),
                     }],
                     ..Change::default()

@@ -7,6 +7,7 @@ use super::{Kind, STOPPING, metric};
 use crate::executor::Executor;
 use crate::run::driver::Driver;
 use crate::run::state::step as st;
+use crate::run::transitions;
 use crate::store::StepRow;
 use crate::sweep::algorithm::{self, Algorithm};
 use crate::sweep::asha;
@@ -348,19 +349,10 @@ impl<E: Executor> Driver<E> {
         rung: usize,
         (name, value): (String, serde_json::Value),
     ) -> usize {
-        let mut params: serde_json::Map<String, serde_json::Value> = self.rows[idx]
-            .item
-            .as_deref()
-            .and_then(|i| serde_json::from_str(i).ok())
-            .unwrap_or_default();
-        params.insert(name.clone(), value.clone());
-        self.rows[idx].item = Some(serde_json::Value::Object(params).to_string());
+        let p = transitions::promote(self.rows[idx].item.as_deref(), rung, &name, &value);
+        self.rows[idx].item = Some(p.item);
         self.rows[idx].not_before = None;
-        self.set_state(
-            idx,
-            st::QUEUED,
-            Some(format!("promoted to rung {} ({name}={value})", rung + 1)),
-        );
+        self.set_state(idx, p.state, Some(p.reason));
         idx
     }
 
