@@ -292,6 +292,22 @@ fn the_cli_through_a_server_prints_what_embedded_mode_prints() {
     for args in [
         vec!["status", id.as_str()],
         vec!["status", id.as_str(), "--output", "json"],
+        vec![
+            "status",
+            id.as_str(),
+            "--steps-limit",
+            "1",
+            "--steps-offset",
+            "1",
+        ],
+        vec![
+            "status",
+            id.as_str(),
+            "--steps-limit",
+            "1",
+            "--output",
+            "json",
+        ],
         vec!["logs", id.as_str()],
         vec!["logs", id.as_str(), "hello", "--output", "json"],
     ] {
@@ -300,6 +316,37 @@ fn the_cli_through_a_server_prints_what_embedded_mode_prints() {
         assert_eq!(remote.code, Some(0), "{args:?}: {}", remote.stderr);
         assert_eq!(remote.stdout, local.stdout, "{args:?} through the server");
     }
+    // A page of the steps: the second only, with the counts of all.
+    let page = server.call(
+        "GET",
+        &format!("/api/v1/runs/{id}?steps_limit=1&steps_offset=1"),
+        Some(&a),
+        None,
+    );
+    assert_eq!(page.status, 200, "{}", page.text());
+    let page = page.json();
+    assert_eq!(page["steps"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!(page["steps"][0]["name"], "after", "{page}");
+    assert_eq!(
+        page["steps"][0]["attempts"][0]["state"], "Succeeded",
+        "{page}"
+    );
+    assert_eq!(page["steps_total"], 2, "{page}");
+    assert_eq!(page["step_counts"], json!({"Succeeded": 2}), "{page}");
+    let text = server.cli(&sb, Some(&a), &["status", &id, "--steps-limit", "1"]);
+    assert!(
+        text.stdout.contains("2 steps (2 Succeeded), 1 shown"),
+        "{}",
+        text.stdout
+    );
+    let bad = server.call(
+        "GET",
+        &format!("/api/v1/runs/{id}?steps_limit=-1"),
+        Some(&a),
+        None,
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    assert!(bad.text().contains("steps limit -1"), "{}", bad.text());
     // Following an ended run's logs prints them and returns.
     let followed = server.cli(&sb, Some(&a), &["logs", &id, "-f"]);
     assert_eq!(followed.code, Some(0), "{}", followed.stderr);

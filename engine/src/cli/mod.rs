@@ -288,7 +288,7 @@ async fn remote_dispatch(
         Command::Run(a) => run::run(path, a, format).await,
         Command::Sweep(a) => sweep::sweep(path, a, format).await,
         Command::Runs(a) => remote::runs(c, a, format).await,
-        Command::Status(a) => match remote::status(c, &a.run, format).await {
+        Command::Status(a) => match remote::status(c, a, format).await {
             Err(Error::Client(crate::client::Error::Refused(r))) if r.status == 404 => {
                 match schedules::status(home, &a.run, format).await? {
                     Some(done) => Ok(done),

@@ -78,10 +78,17 @@ pub async fn runs(
 }
 
 /// `sluice status RUN`.
-pub async fn status(c: &Client, run: &str, format: Format) -> Result<Outcome, Error> {
-    let body = c
-        .text(Method::GET, &run_path(run), &[format_query(format)])
-        .await?;
+pub async fn status(
+    c: &Client,
+    args: &super::status::StatusArgs,
+    format: Format,
+) -> Result<Outcome, Error> {
+    let mut query = vec![format_query(format)];
+    if let Some((limit, offset)) = args.page() {
+        query.push(("steps_limit", limit.to_string()));
+        query.push(("steps_offset", offset.to_string()));
+    }
+    let body = c.text(Method::GET, &run_path(&args.run), &query).await?;
     print(&body, format)?;
     Ok(Outcome::Success)
 }

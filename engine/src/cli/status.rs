@@ -14,6 +14,23 @@ use crate::store::Store;
 pub struct StatusArgs {
     /// A run id, an unambiguous prefix of one, @latest or NAME@latest.
     pub run: String,
+    /// Show at most this many steps, in the order they were created, and how many the run
+    /// has in each state (for a run of thousands of steps; 0: all).
+    #[arg(long, value_name = "N")]
+    pub steps_limit: Option<i64>,
+    /// Skip this many first steps (the next page of --steps-limit).
+    #[arg(long, value_name = "N")]
+    pub steps_offset: Option<i64>,
+}
+
+impl StatusArgs {
+    /// The page of steps asked for, if one was.
+    pub fn page(&self) -> Option<(i64, i64)> {
+        match (self.steps_limit, self.steps_offset) {
+            (None, None) => None,
+            (limit, offset) => Some((limit.unwrap_or(0), offset.unwrap_or(0))),
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +108,15 @@ pub fn write_view(out: &mut dyn Write, v: &RunView) -> std::io::Result<()> {
     )?;
     if let Some(reason) = &v.reason {
         writeln!(out, "  {reason}")?;
+    }
+    if let (Some(total), Some(counts)) = (v.steps_total, &v.step_counts) {
+        let by_state: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let shown = v.steps.as_ref().map_or(0, Vec::len);
+        writeln!(
+            out,
+            "  {total} steps ({}), {shown} shown",
+            by_state.join(", ")
+        )?;
     }
     if let Some(e) = v.engine.as_ref().filter(|e| !e.alive) {
         let whose = match &e.holder {
@@ -208,7 +234,14 @@ fn write_trials(
 
 pub async fn status(store: &Store, args: &StatusArgs, format: Format) -> Result<Outcome, Error> {
     let service = Service::new(store.clone(), clock::system());
-    let v = service.status(&Principal::local(), &args.run).await?;
+    let v = match args.page() {
+        None => service.status(&Principal::local(), &args.run).await?,
+        Some((limit, offset)) => {
+            service
+                .status_page(&Principal::local(), &args.run, limit, offset)
+                .await?
+        }
+    };
     match format {
         Format::Json => output::json(&v),
         Format::Text => output::text(|out| write_view(out, &v)),

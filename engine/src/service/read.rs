@@ -114,6 +114,32 @@ impl Service {
         Ok(view::full(&self.store, &run, self.clock.now()).await?)
     }
 
+    /// As [`Service::status`], with a page of the run's steps (`status --steps N`, the API's
+    /// `steps_limit`): at most `limit` steps (0: all) after the first `offset`, and the
+    /// number of steps in all and in each state. Only the page's rows are read.
+    pub async fn status_page(
+        &self,
+        who: &Principal,
+        reference: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<RunView, Error> {
+        if limit < 0 {
+            return Err(Error::invalid(format!(
+                "steps limit {limit}: give a number of steps (0 for all)"
+            )));
+        }
+        if offset < 0 {
+            return Err(Error::invalid(format!(
+                "steps offset {offset}: give a number of steps to skip"
+            )));
+        }
+        let id = self.resolve(who, reference).await?;
+        self.collect_quietly().await;
+        let run = self.by_id(who, &id, reference).await?;
+        Ok(view::page(&self.store, &run, self.clock.now(), limit, offset).await?)
+    }
+
     /// Run `id` as `status` shows it, without collecting other runs' attempts first (the
     /// engine that just drove it reports its end).
     pub async fn view(&self, who: &Principal, id: &str) -> Result<RunView, Error> {

@@ -473,3 +473,74 @@ async fn a_team_bound_principal_resolves_over_its_teams_runs_only() {
     assert!(matches!(e, Error::NotFound(_)), "{e:?}");
     assert!(h.service.status(&member("nlp"), &theirs).await.is_ok());
 }
+
+#[tokio::test]
+async fn status_pages_a_runs_steps_in_file_order_with_counts_by_state() {
+    let h = home("page").await;
+    let local = Principal::local();
+    let mut text = String::from(
+        "apiVersion: sluice.dev/v1\nkind: Pipeline\nmetadata:\n  name: wide\nspec:\n  steps:\n",
+    );
+    for i in 0..12 {
+        text.push_str(&format!("    - name: s{:02}\n      run: 'true'\n", 11 - i));
+    }
+    let id = submit(&h, &local, &text).await.expect("submit").id;
+    let names = |v: &RunView| -> Vec<String> {
+        v.steps
+            .as_ref()
+            .expect("steps")
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    let v = h
+        .service
+        .status_page(&local, &id, 4, 2)
+        .await
+        .expect("a page");
+    assert_eq!(names(&v), ["s09", "s08", "s07", "s06"]);
+    assert_eq!(v.steps_total, Some(12));
+    let counts = v.step_counts.clone().expect("counts");
+    assert_eq!(counts.values().sum::<i64>(), 12, "{counts:?}");
+    // 0 is no limit; past the end is an empty page, not an error.
+    let rest = h
+        .service
+        .status_page(&local, &id, 0, 10)
+        .await
+        .expect("rest");
+    assert_eq!(names(&rest), ["s01", "s00"]);
+    let none = h
+        .service
+        .status_page(&local, &id, 5, 12)
+        .await
+        .expect("none");
+    assert!(names(&none).is_empty());
+    // The whole status has no counts (its shape is the contract's).
+    let whole = h.service.status(&local, &id).await.expect("status");
+    assert_eq!(names(&whole).len(), 12);
+    assert!(whole.steps_total.is_none() && whole.step_counts.is_none());
+    let json = serde_json::to_value(&whole).expect("JSON");
+    assert!(json.get("steps_total").is_none() && json.get("step_counts").is_none());
+    // The ended run's counts by state.
+    end(&h, &id, st::SUCCEEDED.as_str()).await;
+    let v = h
+        .service
+        .status_page(&local, &id, 1, 0)
+        .await
+        .expect("page");
+    assert_eq!(
+        v.step_counts
+            .expect("counts")
+            .into_iter()
+            .collect::<Vec<_>>(),
+        [("Succeeded".to_owned(), 12)]
+    );
+    for (limit, offset) in [(-1, 0), (1, -1)] {
+        let e = h
+            .service
+            .status_page(&local, &id, limit, offset)
+            .await
+            .expect_err("negative");
+        assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
+    }
+}

@@ -40,6 +40,14 @@ pub struct RunView {
     pub engine: Option<EngineView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepView>>,
+    /// With a page of the steps asked for (`status --steps N`, `steps_limit`): how many steps
+    /// the run has in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps_total: Option<i64>,
+    /// With a page of the steps asked for: how many steps are in each state (states with
+    /// none left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_counts: Option<BTreeMap<String, i64>>,
     /// Sweeps: the best trial and every trial.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best: Option<crate::run::driver::Best>,
@@ -101,6 +109,8 @@ pub fn summary(run: &RunRow, taken_at: DateTime<Utc>) -> RunView {
             alive: crate::run::engine::gone(run).is_none(),
         }),
         steps: None,
+        steps_total: None,
+        step_counts: None,
         best: None,
         trials: None,
         sweep: None,
@@ -151,6 +161,12 @@ pub fn of_rows(
             })
             .collect(),
     );
+    add_report(&mut v, run, steps);
+    v
+}
+
+/// A sweep's best trial and trials, from all of its run's steps.
+fn add_report(v: &mut RunView, run: &RunRow, steps: &[StepRow]) {
     if let Ok(pipeline) = crate::run::driver::pipeline_of(run)
         && let Some(r) = crate::run::driver::report(&pipeline, steps)
     {
@@ -158,7 +174,39 @@ pub fn of_rows(
         v.trials = Some(r.trials.clone());
         v.sweep = Some(r);
     }
-    v
+}
+
+/// Run `run` with a page of its steps: at most `limit` (0: all) after the first `offset`, in
+/// the order they were created, with their attempts, the number of steps in all and in each
+/// state. Only the page's steps and attempts are read (a sweep's report still reads every
+/// trial).
+pub async fn page(
+    store: &Store,
+    run: &RunRow,
+    taken_at: DateTime<Utc>,
+    limit: i64,
+    offset: i64,
+) -> Result<RunView, crate::store::Error> {
+    let id = run.id.as_str();
+    let limit = if limit == 0 { i64::MAX } else { limit };
+    let steps = store.steps_page(id, limit, offset).await?;
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    let attempts = store.attempts_of(id, &names).await?;
+    let mut v = summary(run, taken_at);
+    let full = of_rows(run, &steps, &attempts, taken_at);
+    v.steps = full.steps;
+    if crate::run::driver::pipeline_of(run).is_ok_and(|p| p.from_sweep) {
+        add_report(&mut v, run, &store.steps(id).await?);
+    }
+    let counts = store.step_counts(id).await?;
+    v.steps_total = Some(counts.iter().map(|(_, n)| n).sum());
+    v.step_counts = Some(
+        counts
+            .into_iter()
+            .map(|(state, n)| (state.as_str().to_owned(), n))
+            .collect(),
+    );
+    Ok(v)
 }
 
 fn attempt_view(a: &AttemptRow) -> AttemptView {

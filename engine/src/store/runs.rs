@@ -7,6 +7,7 @@ use super::rows::{
     attempt_row, insert_events, insert_step, run_row, started, step_row, update_step,
 };
 use super::{Error, Holder, Lock, Store};
+use crate::run::state::StepState;
 
 /// Which runs [`Store::runs_matching`] returns: each filter that is set must hold.
 #[derive(Clone, Copy, Debug, Default)]
@@ -213,6 +214,61 @@ impl Store {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(attempt_row).collect()
+    }
+
+    /// A page of run `run`'s steps in the order they were created: at most `limit`, after the
+    /// first `offset` (what `status` of a run of 100,000 steps reads instead of all of them).
+    pub async fn steps_page(
+        &self,
+        run: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<StepRow>, Error> {
+        let sql = format!("{} LIMIT $2 OFFSET $3", steps_in_order(self.dialect()));
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(run)
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(step_row).collect()
+    }
+
+    /// How many of run `run`'s steps are in each state (states with none left out).
+    pub async fn step_counts(&self, run: &str) -> Result<Vec<(StepState, i64)>, Error> {
+        let rows = sqlx::query(
+            "SELECT state, COUNT(*) AS n FROM steps WHERE run_id = $1 GROUP BY state ORDER BY state",
+        )
+        .bind(run)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let r = Reader::new(row, format!("the steps of run {run}"));
+                Ok((r.state("state")?, r.get("n")?))
+            })
+            .collect()
+    }
+
+    /// The attempts of run `run`'s steps named in `steps`, by step and number.
+    pub async fn attempts_of(&self, run: &str, steps: &[&str]) -> Result<Vec<AttemptRow>, Error> {
+        let mut out = Vec::new();
+        // Chunks keep a statement under SQLite's limit of bound parameters.
+        for chunk in steps.chunks(500) {
+            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!(
+                "SELECT * FROM attempts WHERE run_id = $1 AND step IN ({}) ORDER BY step, number",
+                marks.join(", ")
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(run);
+            for step in chunk {
+                q = q.bind(*step);
+            }
+            for row in q.fetch_all(&self.pool).await? {
+                out.push(attempt_row(&row)?);
+            }
+        }
+        Ok(out)
     }
 
     /// Commits `change` in one transaction.

@@ -59,6 +59,22 @@ pub struct FormatQuery {
     pub format: Option<Format>,
 }
 
+/// How `GET /api/v1/runs/{run}` answers: as JSON or text, all of the run's steps or a page.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatusQuery {
+    #[param(inline)]
+    pub format: Option<Format>,
+    /// At most this many steps, in the order they were created (0: all); with it, the answer
+    /// adds `steps_total` and `step_counts`. Without it, every step.
+    #[param(minimum = 0)]
+    pub steps_limit: Option<i64>,
+    /// Skip this many first steps: the next page starts at steps_offset + steps_limit.
+    #[param(minimum = 0)]
+    pub steps_offset: Option<i64>,
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct RunPath {
@@ -314,19 +330,33 @@ pub(crate) async fn audit<T>(
 }
 
 /// A run with its steps, attempts and (sweeps) trials.
-#[utoipa::path(get, path = "/api/v1/runs/{run}", operation_id = "run_status", tag = "runs", params(RunPath, FormatQuery),
+#[utoipa::path(get, path = "/api/v1/runs/{run}", operation_id = "run_status", tag = "runs", params(RunPath, StatusQuery),
     responses((status = 200, description = "The run as `sluice status --output json` prints it; with `format=text`, as `sluice status` prints it",
                   content((crate::service::view::RunView = "application/json"), (String = "text/plain"))),
+              (status = 400, description = "A negative steps_limit or steps_offset, or an unknown parameter", body = Refusal),
               (status = 404, description = "No such run for this token's team, or a prefix of several", body = Refusal)))]
 pub async fn status(
     State(state): State<AppState>,
     caller: Caller,
     path: Result<Path<RunPath>, PathRejection>,
-    query: Result<Query<FormatQuery>, QueryRejection>,
+    query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(p) = path?;
     let Query(q) = query?;
-    let view = state.service.status(&caller.principal, &p.run).await?;
+    let view = match (q.steps_limit, q.steps_offset) {
+        (None, None) => state.service.status(&caller.principal, &p.run).await?,
+        (limit, offset) => {
+            state
+                .service
+                .status_page(
+                    &caller.principal,
+                    &p.run,
+                    limit.unwrap_or(0),
+                    offset.unwrap_or(0),
+                )
+                .await?
+        }
+    };
     Ok(match q.format.unwrap_or_default() {
         Format::Json => json_response(StatusCode::OK, &view),
         Format::Text => {

@@ -534,3 +534,64 @@ mod history;
 mod opening;
 mod room;
 mod server;
+
+conformance!(
+    a_page_of_steps_reads_only_its_rows_in_file_order_with_their_attempts,
+    |store, backend| {
+        // More steps than one statement binds for the attempts' lookup (500 a chunk).
+        let names: Vec<String> = (0..1100).map(|i| format!("s{:04}", 1099 - i)).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        store
+            .create_run(&new_run("big", "fan", "t", &refs), None)
+            .await
+            .expect("create");
+        for name in ["s1099", "s0500", "s0001"] {
+            store
+                .start_attempt(
+                    "big",
+                    &step(name),
+                    &attempt(name, 1, 100),
+                    &machine(1000, vec![]),
+                    0,
+                    Change::default(),
+                )
+                .await
+                .expect("start");
+        }
+        // The file's order (names descending here), not the names' order.
+        let page = store.steps_page("big", 3, 1).await.expect("page");
+        let got: Vec<&str> = page.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(got, ["s1098", "s1097", "s1096"]);
+        let last = store.steps_page("big", 10, 1098).await.expect("last page");
+        let got: Vec<&str> = last.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(got, ["s0001", "s0000"]);
+        assert!(
+            store
+                .steps_page("big", 10, 1100)
+                .await
+                .expect("past the end")
+                .is_empty()
+        );
+        let counts = store.step_counts("big").await.expect("counts");
+        let total: i64 = counts.iter().map(|(_, n)| n).sum();
+        assert_eq!(total, 1100);
+        assert!(counts.iter().all(|(_, n)| *n > 0), "{counts:?}");
+        assert!(
+            counts.contains(&(ss::PENDING, 1097)) || counts.contains(&(ss::PENDING, 1100)),
+            "{counts:?}"
+        );
+        // Attempts of the steps asked for only, across chunks.
+        let asked: Vec<&str> = refs[..700].iter().copied().chain(["s0001"]).collect();
+        let attempts = store.attempts_of("big", &asked).await.expect("attempts");
+        let mut got: Vec<&str> = attempts.iter().map(|a| a.step.as_str()).collect();
+        got.sort_unstable();
+        assert_eq!(got, ["s0001", "s0500", "s1099"]);
+        assert!(
+            store
+                .attempts_of("big", &["s0002"])
+                .await
+                .expect("none")
+                .is_empty()
+        );
+    }
+);
