@@ -11,6 +11,8 @@ same way first, on its own home.
 Run from the repository's root (builds the release binaries first unless NO_BUILD=1; SLUICE=PATH
 measures another binary):
     python3 bench/engine_idle.py [--runs 300,1000] [--idle 30] [--postgres URL]
+The CPU is also shown for each 10 s of the window, so that a transient (a minute's
+housekeeping, drivers still settling) is not mistaken for the steady cost.
 `--postgres URL` (a server whose user may create databases) measures with state in a fresh
 PostgreSQL database of its own too. Python's standard library only; prints a markdown table.
 """
@@ -133,12 +135,20 @@ class Server:
         raise SystemExit("the runs were not all queued")
 
     def measure(self, idle):
+        """CPU ms over `idle` seconds, and in each 10 s of it (a transient shows), and RSS."""
         # Settle first: submissions' own work is not the idle cost.
         time.sleep(3)
-        before = cpu_ms(self.proc.pid)
-        time.sleep(idle)
-        used = cpu_ms(self.proc.pid) - before
-        return used, rss_mib(self.proc.pid)
+        first = before = cpu_ms(self.proc.pid)
+        windows = []
+        left = idle
+        while left > 0:
+            step = min(10.0, left)
+            time.sleep(step)
+            now = cpu_ms(self.proc.pid)
+            windows.append(now - before)
+            before = now
+            left -= step
+        return before - first, windows, rss_mib(self.proc.pid)
 
     def stop(self):
         self.proc.kill()
@@ -182,14 +192,16 @@ def main():
                     s.submit_all(n)
                     s.wait_queued(n)
                 log(f"{backend}: {n} runs queued, measuring {a.idle:.0f} s idle")
-                used, rss = s.measure(a.idle)
+                used, windows, rss = s.measure(a.idle)
             finally:
                 s.stop()
-            rows.append((backend, n, used, used / (a.idle * 10.0), rss))
-    print(f"| state | runs queued | CPU ms in {a.idle:.0f} s | % of one core | RSS MiB |")
-    print("| --- | --- | --- | --- | --- |")
-    for backend, n, used, pct, rss in rows:
-        print(f"| {backend} | {n} | {used:.0f} | {pct:.2f} | {rss:.0f} |")
+            rows.append((backend, n, used, used / (a.idle * 10.0), windows, rss))
+    print(f"| state | runs queued | CPU ms in {a.idle:.0f} s | % of one core "
+          "| CPU ms in each 10 s | RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for backend, n, used, pct, windows, rss in rows:
+        each = " ".join(f"{w:.0f}" for w in windows)
+        print(f"| {backend} | {n} | {used:.0f} | {pct:.2f} | {each} | {rss:.0f} |")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,9 @@ impl Drivers {
     async fn drive_one(&self, store: Store, id: &str, rx: mpsc::UnboundedReceiver<Interrupt>) {
         let store = &store;
         let clock = self.service.clock().clone();
-        let opened = match Driver::open(store.clone(), id, &self.schedulers, clock).await {
+        // Boxed: opening's future is not kept beside the driver's for as long as the run waits.
+        let opened = match Box::pin(Driver::open(store.clone(), id, &self.schedulers, clock)).await
+        {
             Ok(opened) => opened,
             Err(run::driver::Error::Invalid(why)) => {
                 tracing::warn!("run {id} cannot be driven: {why}");

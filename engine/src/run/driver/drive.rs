@@ -64,11 +64,11 @@ impl<E: Executor> Driver<E> {
         loop {
             // Nothing is decided or started over a home that is gone (one stat).
             self.check_home()?;
-            self.advance(watcher).await?;
+            Box::pin(self.advance(watcher)).await?;
             if let Some(end) = self.finished() {
                 drop(kept);
                 let state = end.0;
-                self.end(end, watcher).await?;
+                Box::pin(self.end(end, watcher)).await?;
                 return Ok(Ending::Ended(state));
             }
             let now = self.clock.now_ms();
@@ -106,7 +106,7 @@ impl<E: Executor> Driver<E> {
                 wait = wait.min(tick.saturating_sub(last_tick.elapsed()));
             }
             // Nothing more to start now: what was decided is committed before waiting.
-            self.flush().await?;
+            Box::pin(self.flush()).await?;
             let interrupt = async {
                 match interrupts.as_mut() {
                     Some(rx) => rx.recv().await,
@@ -132,10 +132,10 @@ impl<E: Executor> Driver<E> {
             };
             let mut requested = false;
             tokio::select! {
-                event = self.executor.next_event() => {
+                event = Box::pin(self.executor.next_event()) => {
                     // An attempt of this run ended: its room is the first free.
                     self.room_may_be_free = true;
-                    self.on_event(event).await?;
+                    Box::pin(self.on_event(event)).await?;
                 }
                 Some(kind) = interrupt => {
                     presses += match kind {
@@ -143,16 +143,16 @@ impl<E: Executor> Driver<E> {
                         Interrupt::Detach => 2,
                     };
                     if presses >= 2 {
-                        self.executor.settle().await;
-                        self.flush().await?;
+                        Box::pin(self.executor.settle()).await;
+                        Box::pin(self.flush()).await?;
                         drop(kept);
-                        self.store.release_lease(&self.run.id, &self.owner).await?;
+                        Box::pin(self.store.release_lease(&self.run.id, &self.owner)).await?;
                         watcher.note("second interrupt: leaving running steps to `sluice resume`");
                         return Ok(Ending::Detached);
                     }
                     watcher.note("cancelling: steps get SIGTERM (Ctrl-C again to leave them running)");
-                    self.store.request_cancel(&self.run.id).await?;
-                    self.cancel(Reason::Cancel).await;
+                    Box::pin(self.store.request_cancel(&self.run.id)).await?;
+                    Box::pin(self.cancel(Reason::Cancel)).await;
                 }
                 () = wake.notified() => requested = true,
                 () = room => self.room_may_be_free = true,
@@ -160,16 +160,16 @@ impl<E: Executor> Driver<E> {
                     ClusterNews::Verdict => self.verdict_news = true,
                     ClusterNews::Freed(count) => {
                         if let Some(s) = self.scheduler.clone()
-                            && let Err(e) = s.refresh(&self.store, count, self.clock.now_ms()).await
+                            && let Err(e) = Box::pin(s.refresh(&self.store, count, self.clock.now_ms())).await
                         {
                             tracing::warn!("cannot look at the cluster again: {e}");
                         }
                     }
                 },
                 () = kept.lost.notified() => {
-                    self.executor.settle().await;
-                    self.flush().await?;
-                    let holder = self.store.run(&self.run.id).await?.lease_owner;
+                    Box::pin(self.executor.settle()).await;
+                    Box::pin(self.flush()).await?;
+                    let holder = Box::pin(self.store.run(&self.run.id)).await?.lease_owner;
                     return Ok(Ending::Busy(holder.unwrap_or_else(|| "another engine".into())));
                 }
                 // A timer this run asked for (a backoff, its trial rate, a resync): what it
@@ -180,18 +180,21 @@ impl<E: Executor> Driver<E> {
                 // A step waits for room: room held by runs whose engine died is given back
                 // now, not only at the collector's next round.
                 collected = true;
-                if let Err(e) =
-                    crate::run::reap::collect_now_and_then(&self.store, self.clock.as_ref()).await
+                if let Err(e) = Box::pin(crate::run::reap::collect_now_and_then(
+                    &self.store,
+                    self.clock.as_ref(),
+                ))
+                .await
                 {
                     tracing::warn!("cannot collect the attempts of runs whose engine is gone: {e}");
                 }
             }
             if ticking && last_tick.elapsed() >= tick {
                 last_tick = Instant::now();
-                self.check_early_stops().await?;
+                Box::pin(self.check_early_stops()).await?;
                 if self.cancelling {
                     // What runs is told again (a stop asked of an attempt not yet started).
-                    self.stop_live(Reason::Cancel).await;
+                    Box::pin(self.stop_live(Reason::Cancel)).await;
                 }
             }
             let resync = last_resync.elapsed() >= RESYNC;
@@ -201,9 +204,9 @@ impl<E: Executor> Driver<E> {
                     // not make every waiting run try its start.
                     last_resync = Instant::now();
                 }
-                if !self.cancelling && self.store.cancel_requested(&self.run.id).await? {
+                if !self.cancelling && Box::pin(self.store.cancel_requested(&self.run.id)).await? {
                     watcher.note("the run was cancelled");
-                    self.cancel(Reason::Cancel).await;
+                    Box::pin(self.cancel(Reason::Cancel)).await;
                 }
             }
             if let Some(d) = self.deadline
@@ -212,7 +215,7 @@ impl<E: Executor> Driver<E> {
             {
                 watcher.note("the run timed out");
                 self.timed_out = true;
-                self.cancel(Reason::Timeout).await;
+                Box::pin(self.cancel(Reason::Timeout)).await;
             }
         }
     }
@@ -317,3 +320,30 @@ const _: () = {
         send(&driver.drive(watcher, None));
     }
 };
+
+/// A server holds one driver future for each run it drives, waiting ones included: what each
+/// awaits besides its wait is boxed, so that the future is its wait's size, not its largest
+/// step's (16,672 bytes before: 159 MiB at 10,000 waiting runs).
+#[cfg(test)]
+mod size {
+    use super::*;
+
+    fn future_size<F: std::future::Future>(
+        _: impl FnOnce(
+            Driver,
+            &'static mut dyn Watcher,
+            Option<mpsc::UnboundedReceiver<Interrupt>>,
+        ) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_waiting_runs_driver_future_stays_small() {
+        let driver = std::mem::size_of::<Driver>();
+        let drive = future_size(Driver::drive);
+        eprintln!("a driver: {driver} bytes; its drive future: {drive} bytes");
+        assert!(drive <= 8 * 1024, "the drive future is {drive} bytes");
+        assert!(driver <= 4 * 1024, "a driver is {driver} bytes");
+    }
+}
