@@ -19,47 +19,15 @@ PostgreSQL database of its own too. Python's standard library only; prints a mar
 
 import argparse
 import concurrent.futures
-import http.client
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from sluice_server import Server, fresh_database, logger, sluice_binary
+
 CORES = os.cpu_count() or 1
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def log(*a):
-    print("engine_idle:", *a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def request(port, method, path, token=None, body=None, timeout=60):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    headers = {}
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    out = (r.status, r.read())
-    conn.close()
-    return out
+log = logger("engine_idle")
 
 
 def cpu_ms(pid):
@@ -89,46 +57,18 @@ spec:
 """
 
 
-class Server:
-    def __init__(self, sluice, state, tag):
-        self.home = tempfile.mkdtemp(prefix=f"sluice-idle-{tag}-")
-        self.env = dict(os.environ, SLUICE_HOME=self.home)
-        if state:
-            self.env["SLUICE_STATE"] = state
-        out = subprocess.run(
-            [sluice, "token", "create", "--team", "bench", "--role", "member", "--output", "json"],
-            env=self.env, capture_output=True, text=True, check=True,
-        )
-        self.token = json.loads(out.stdout)["token"]
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sluice, "server", "--listen", f"127.0.0.1:{self.port}", "--rate", "100000"],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if request(self.port, "GET", "/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit("the server did not become ready")
+class Queue(Server):
+    """A server whose runs wait for the machine."""
 
     def submit_all(self, n):
-        def one(i):
-            status, body = request(self.port, "POST", "/api/v1/runs", self.token,
-                                   {"source": pipeline(i), "path": f"w{i}.yaml"})
-            if status != 201:
-                raise SystemExit(f"submit {i}: {status} {body[:200]!r}")
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(one, range(n)))
+            list(pool.map(lambda i: self.submit(pipeline(i), f"w{i}.yaml"), range(n)))
 
     def wait_queued(self, n):
         """Until every run's step is Running (one) or waiting (the others)."""
         deadline = time.time() + 600
         while time.time() < deadline:
-            status, body = request(self.port, "GET", "/api/v1/runs?limit=0&state=Running", self.token)
+            status, body = self.call("GET", "/api/v1/runs?limit=0&state=Running")
             if status == 200 and len(json.loads(body)) >= n:
                 return
             time.sleep(0.5)
@@ -150,22 +90,6 @@ class Server:
             left -= step
         return before - first, windows, rss_mib(self.proc.pid)
 
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait()
-        # Whatever still runs of the runs' steps (their runtimes outlive the server).
-        subprocess.run(["pkill", "-f", f"{self.home}/"], check=False)
-        shutil.rmtree(self.home, ignore_errors=True)
-
-
-def fresh_database(url, tag):
-    """A database of its own on the PostgreSQL server of `url`: its URL."""
-    name = f"sluice_idle_{tag}_{os.getpid()}"
-    subprocess.run(["psql", url, "-qc", f"CREATE DATABASE {name}"], check=True,
-                   capture_output=True)
-    base = url.rsplit("/", 1)[0]
-    return f"{base}/{name}"
-
 
 def main():
     p = argparse.ArgumentParser()
@@ -173,19 +97,15 @@ def main():
     p.add_argument("--idle", type=float, default=30.0)
     p.add_argument("--postgres")
     a = p.parse_args()
-    if not os.environ.get("NO_BUILD"):
-        log("building the release binaries")
-        subprocess.run(["cargo", "build", "--release", "-p", "sluice-engine", "-p", "sluice-runtime"],
-                       cwd=ROOT, check=True)
-    sluice = os.environ.get("SLUICE") or os.path.join(ROOT, "target", "release", "sluice")
+    sluice = sluice_binary(log)
     backends = [("SQLite", None)]
     if a.postgres:
         backends.append(("PostgreSQL", a.postgres))
     rows = []
     for backend, url in backends:
         for n in [0] + [int(x) for x in a.runs.split(",") if x]:
-            state = fresh_database(url, n) if url else None
-            s = Server(sluice, state, f"{backend.lower()}-{n}")
+            state = fresh_database(url, f"sluice_idle_{n}") if url else None
+            s = Queue(sluice, state, f"sluice-idle-{backend.lower()}-{n}-")
             try:
                 if n:
                     log(f"{backend}: submitting {n} runs")

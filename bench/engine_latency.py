@@ -27,45 +27,13 @@ import http.client
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from sluice_server import Server, fresh_database, logger, request, sluice_binary
 
-
-def log(*a):
-    print("engine_latency:", *a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def request(port, method, path, token=None, body=None, timeout=60, conn=None):
-    own = conn is None
-    if own:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    headers = {}
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    out = (r.status, r.read())
-    if own:
-        conn.close()
-    return out
+log = logger("engine_latency")
 
 
 def quantile(xs, q):
@@ -114,54 +82,26 @@ spec:
 """
 
 
-class Server:
+class Bench(Server):
+    """A server on a machine of one GPU (a stand-in `nvidia-smi` that lists GPU 0)."""
+
     def __init__(self, sluice, state, tag):
-        self.home = tempfile.mkdtemp(prefix=f"sluice-lat-{tag}-")
-        self.marks = os.path.join(self.home, "marks")
-        os.makedirs(self.marks)
-        bindir = os.path.join(self.home, "bin")
-        os.makedirs(bindir)
+        bindir = tempfile.mkdtemp(prefix=f"sluice-lat-{tag}-bin-")
         fake = os.path.join(bindir, "nvidia-smi")
         with open(fake, "w") as f:
             f.write("#!/bin/sh\necho 0\n")
         os.chmod(fake, 0o755)
-        self.env = dict(os.environ, SLUICE_HOME=self.home,
-                        PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
-        if state:
-            self.env["SLUICE_STATE"] = state
-        out = subprocess.run(
-            [sluice, "token", "create", "--team", "bench", "--role", "member", "--output", "json"],
-            env=self.env, capture_output=True, text=True, check=True,
-        )
-        self.token = json.loads(out.stdout)["token"]
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sluice, "server", "--listen", f"127.0.0.1:{self.port}", "--rate", "1000000"],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if request(self.port, "GET", "/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit("the server did not become ready")
-
-    def submit(self, source, path):
-        status, body = request(self.port, "POST", "/api/v1/runs", self.token,
-                               {"source": source, "path": path})
-        if status != 201:
-            raise SystemExit(f"submit {path}: {status} {body[:200]!r}")
-        return json.loads(body)["id"]
+        super().__init__(sluice, state, f"sluice-lat-{tag}-", path=[bindir])
+        self.bindir = bindir
+        self.marks = os.path.join(self.home, "marks")
+        os.makedirs(self.marks)
 
     def queue(self, n):
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: self.submit(waiting(i), f"w{i}.yaml"), range(n)))
         deadline = time.time() + 900
         while time.time() < deadline:
-            status, body = request(self.port, "GET", "/api/v1/runs?limit=0&state=Running", self.token)
+            status, body = self.call("GET", "/api/v1/runs?limit=0&state=Running")
             if status == 200 and len(json.loads(body)) >= n:
                 return
             time.sleep(0.5)
@@ -214,7 +154,7 @@ class Server:
                 raise SystemExit(f"cancel run {i} never started")
             time.sleep(0.05)
             t0 = time.time() * 1000
-            status, body = request(self.port, "POST", f"/api/v1/runs/{run}/cancel", self.token)
+            status, body = self.call("POST", f"/api/v1/runs/{run}/cancel")
             t1 = time.time() * 1000
             if status >= 300:
                 raise SystemExit(f"cancel: {status} {body[:200]!r}")
@@ -248,17 +188,8 @@ class Server:
         return lat
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
-        subprocess.run(["pkill", "-f", f"{self.home}/"], check=False)
-        shutil.rmtree(self.home, ignore_errors=True)
-
-
-def fresh_database(url, tag):
-    name = f"sluice_lat_{tag}_{os.getpid()}"
-    subprocess.run(["psql", url, "-qc", f"CREATE DATABASE {name}"], check=True,
-                   capture_output=True)
-    return f"{url.rsplit('/', 1)[0]}/{name}"
+        super().stop()
+        shutil.rmtree(self.bindir, ignore_errors=True)
 
 
 def main():
@@ -271,18 +202,14 @@ def main():
     p.add_argument("--requests", type=int, default=40)
     p.add_argument("--postgres")
     a = p.parse_args()
-    if not os.environ.get("NO_BUILD"):
-        log("building the release binaries")
-        subprocess.run(["cargo", "build", "--release", "-p", "sluice-engine", "-p", "sluice-runtime"],
-                       cwd=ROOT, check=True)
-    sluice = os.environ.get("SLUICE") or os.path.join(ROOT, "target", "release", "sluice")
+    sluice = sluice_binary(log)
     backends = [("SQLite", None)]
     if a.postgres:
         backends.append(("PostgreSQL", a.postgres))
     rows = []
     for backend, url in backends:
-        state = fresh_database(url, a.queued) if url else None
-        s = Server(sluice, state, backend.lower())
+        state = fresh_database(url, f"sluice_lat_{a.queued}") if url else None
+        s = Bench(sluice, state, backend.lower())
         try:
             log(f"{backend}: queueing {a.queued} runs behind one GPU")
             s.queue(a.queued)

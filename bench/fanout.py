@@ -15,45 +15,13 @@ Python's standard library only; prints a markdown table.
 """
 
 import argparse
-import http.client
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from sluice_server import Server, fresh_database, logger, sluice_binary
 
-
-def log(*a):
-    print("fanout:", *a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def request(port, method, path, token=None, body=None, timeout=600):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    headers = {}
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    out = (r.status, r.read())
-    conn.close()
-    return out
+log = logger("fanout")
 
 
 def pipeline(items, marks):
@@ -70,59 +38,27 @@ spec:
 """
 
 
-def timed(port, token, path, method="GET"):
+def timed(server, path, method="GET"):
     t0 = time.perf_counter()
-    status, body = request(port, method, path, token)
+    status, body = server.call(method, path, timeout=600)
     ms = (time.perf_counter() - t0) * 1000
     if status >= 300:
         raise SystemExit(f"{method} {path}: {status} {body[:300]!r}")
     return ms, body
 
 
-def fresh_database(url, tag):
-    name = f"sluice_fanout_{tag}_{os.getpid()}"
-    subprocess.run(["psql", url, "-qc", f"CREATE DATABASE {name}"], check=True,
-                   capture_output=True)
-    return f"{url.rsplit('/', 1)[0]}/{name}"
-
-
 def measure(sluice, state, backend, a):
-    home = tempfile.mkdtemp(prefix=f"sluice-fanout-{backend.lower()}-")
-    marks = os.path.join(home, "marks")
+    server = Server(sluice, state, f"sluice-fanout-{backend.lower()}-")
+    marks = os.path.join(server.home, "marks")
     os.makedirs(marks)
-    env = dict(os.environ, SLUICE_HOME=home)
-    if state:
-        env["SLUICE_STATE"] = state
-    out = subprocess.run(
-        [sluice, "token", "create", "--team", "bench", "--role", "member", "--output", "json"],
-        env=env, capture_output=True, text=True, check=True,
-    )
-    token = json.loads(out.stdout)["token"]
-    port = free_port()
-    proc = subprocess.Popen(
-        [sluice, "server", "--listen", f"127.0.0.1:{port}", "--rate", "1000000"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     rows = []
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if request(port, "GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
         source = pipeline(a.items, marks)
         log(f"{backend}: submitting {a.items} items ({len(source) // 1024} KiB)")
         sent = time.time() * 1000
         t0 = time.perf_counter()
-        status, body = request(port, "POST", "/api/v1/runs", token,
-                               {"source": source, "path": "wide.yaml"})
+        run = server.submit(source, "wide.yaml", timeout=600)
         answered = (time.perf_counter() - t0) * 1000
-        if status != 201:
-            raise SystemExit(f"submit: {status} {body[:300]!r}")
-        run = json.loads(body)["id"]
         rows.append(("submission answered", f"{answered:.0f} ms"))
         first = None
         deadline = time.time() + 600
@@ -140,35 +76,38 @@ def measure(sluice, state, backend, a):
         rows.append(("submit -> first step running",
                      f"{first:.0f} ms" if first is not None else "not in 600 s"))
         began = time.time()
-        _, body = timed(port, token, f"/api/v1/runs/{run}?steps_limit=1")
+        _, body = timed(server, f"/api/v1/runs/{run}?steps_limit=1")
         done0 = ended(json.loads(body)["step_counts"])
         time.sleep(a.run_for)
-        _, body = timed(port, token, f"/api/v1/runs/{run}?steps_limit=1")
+        _, body = timed(server, f"/api/v1/runs/{run}?steps_limit=1")
         done1 = ended(json.loads(body)["step_counts"])
         pace = (done1 - done0) / (time.time() - began)
         rows.append((f"steps ended a second (over {a.run_for:.0f} s)", f"{pace:.1f}"))
-        pages = [timed(port, token, f"/api/v1/runs/{run}?steps_limit=50&steps_offset={o}")
+        pages = [timed(server, f"/api/v1/runs/{run}?steps_limit=50&steps_offset={o}")
                  for o in (0, a.items // 2, a.items - 50)]
         rows.append(("status, a page of 50 steps (first, middle, last)",
                      ", ".join(f"{ms:.0f} ms" for ms, _ in pages)
                      + f"; {len(pages[0][1]) // 1024} KiB"))
-        ms, body = timed(port, token, f"/api/v1/runs/{run}")
+        ms, body = timed(server, f"/api/v1/runs/{run}")
         rows.append(("status, whole", f"{ms:.0f} ms; {len(body) // 1024} KiB"))
         t0 = time.perf_counter()
-        timed(port, token, f"/api/v1/runs/{run}/cancel", "POST")
+        status, body = server.call("POST", f"/api/v1/runs/{run}/cancel", timeout=600)
+        if status == 409:
+            # A run small enough to have ended already (a quick try of the script).
+            rows.append(("cancel answered", "the run had ended"))
+            return rows
+        if status >= 300:
+            raise SystemExit(f"cancel: {status} {body[:300]!r}")
         rows.append(("cancel answered", f"{(time.perf_counter() - t0) * 1000:.0f} ms"))
         deadline = time.time() + 600
         while time.time() < deadline:
-            _, body = timed(port, token, f"/api/v1/runs/{run}?steps_limit=1")
+            _, body = timed(server, f"/api/v1/runs/{run}?steps_limit=1")
             if json.loads(body)["state"] != "Running":
                 break
             time.sleep(0.05)
         rows.append(("cancel -> run Cancelled", f"{(time.perf_counter() - t0) * 1000:.0f} ms"))
     finally:
-        proc.kill()
-        proc.wait()
-        subprocess.run(["pkill", "-f", f"{home}/"], check=False)
-        shutil.rmtree(home, ignore_errors=True)
+        server.stop()
     return rows
 
 
@@ -182,17 +121,13 @@ def main():
     p.add_argument("--run-for", type=float, default=30.0)
     p.add_argument("--postgres")
     a = p.parse_args()
-    if not os.environ.get("NO_BUILD"):
-        log("building the release binaries")
-        subprocess.run(["cargo", "build", "--release", "-p", "sluice-engine", "-p", "sluice-runtime"],
-                       cwd=ROOT, check=True)
-    sluice = os.environ.get("SLUICE") or os.path.join(ROOT, "target", "release", "sluice")
+    sluice = sluice_binary(log)
     backends = [("SQLite", None)]
     if a.postgres:
         backends.append(("PostgreSQL", a.postgres))
     results = []
     for backend, url in backends:
-        state = fresh_database(url, a.items) if url else None
+        state = fresh_database(url, f"sluice_fanout_{a.items}") if url else None
         results.append((backend, measure(sluice, state, backend, a)))
     print(f"| {a.items} items | " + " | ".join(b for b, _ in results) + " |")
     print("| --- |" + " --- |" * len(results))
