@@ -137,6 +137,14 @@ pub fn of_rows(
     attempts: &[AttemptRow],
     taken_at: DateTime<Utc>,
 ) -> RunView {
+    let mut v = summary(run, taken_at);
+    v.steps = Some(step_views(steps, attempts));
+    add_report(&mut v, run, steps);
+    v
+}
+
+/// The steps' views, each with its attempts.
+fn step_views(steps: &[StepRow], attempts: &[AttemptRow]) -> Vec<StepView> {
     let mut by_step: BTreeMap<&str, Vec<AttemptView>> = BTreeMap::new();
     for a in attempts {
         by_step
@@ -144,25 +152,20 @@ pub fn of_rows(
             .or_default()
             .push(attempt_view(a));
     }
-    let mut v = summary(run, taken_at);
-    v.steps = Some(
-        steps
-            .iter()
-            .map(|s| StepView {
-                name: s.name.clone(),
-                state: s.state.into(),
-                reason: collected_reason(s, attempts).or_else(|| s.reason.clone()),
-                metrics: s
-                    .metrics
-                    .as_deref()
-                    .and_then(|m| serde_json::from_str(m).ok())
-                    .unwrap_or_default(),
-                attempts: by_step.remove(s.name.as_str()).unwrap_or_default(),
-            })
-            .collect(),
-    );
-    add_report(&mut v, run, steps);
-    v
+    steps
+        .iter()
+        .map(|s| StepView {
+            name: s.name.clone(),
+            state: s.state.into(),
+            reason: collected_reason(s, attempts).or_else(|| s.reason.clone()),
+            metrics: s
+                .metrics
+                .as_deref()
+                .and_then(|m| serde_json::from_str(m).ok())
+                .unwrap_or_default(),
+            attempts: by_step.remove(s.name.as_str()).unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// A sweep's best trial and trials, from all of its run's steps.
@@ -193,8 +196,7 @@ pub async fn page(
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
     let attempts = store.attempts_of(id, &names).await?;
     let mut v = summary(run, taken_at);
-    let full = of_rows(run, &steps, &attempts, taken_at);
-    v.steps = full.steps;
+    v.steps = Some(step_views(&steps, &attempts));
     if crate::run::driver::pipeline_of(run).is_ok_and(|p| p.from_sweep) {
         add_report(&mut v, run, &store.steps(id).await?);
     }
